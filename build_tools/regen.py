@@ -1,0 +1,306 @@
+"""`python -m build_tools.regen`: rewrite every committed file derived from kernel_specs.yaml, or inspect it.
+
+Why: generated files that live in git (today docs/INSTANCES.md) drift the moment someone edits the spec and
+forgets to regenerate. `--check` (run in CI) fails with a unified diff when that happens. Writes happen
+only when content changes and are byte-stable, so rerunning is a no-op.
+
+Modes (one at a time):
+  (none)          rewrite the derived files that changed
+  --check         exit 1 and print a unified diff if any derived file is stale
+  --list          print the instance ids of --profile (default: default), filtered by --kernels globs
+  --explain ID    print one instance's spec, rule-by-rule validity, smem plan and built launch contract
+
+Exit codes: 0 ok; 1 stale files (--check), unknown id (--explain) or unreadable manifest; 2 bad arguments
+or an invalid kernel_specs.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from codegen.matrix import Expansion, Matrix, MatrixError, load_matrix
+from codegen.spec import GemmSpec, SpecError
+from codegen.validity import (
+    BARRIER_RESERVE_BYTES,
+    SMEM_CAPACITY_BYTES,
+    ab_stage_bytes,
+    check_rules,
+    epi_smem_bytes,
+    epilogue_tile,
+    smem_plan,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = REPO_ROOT / "codegen" / "templates"
+DEFAULT_MANIFEST = Path("build/kernels/manifest.json")  # relative to --root
+
+
+@dataclass(frozen=True)
+class RegenArgs:
+    """Field names are argparse's `dest`s: `RegenArgs(**vars(ns))` keeps them in sync."""
+
+    spec: Path
+    root: Path | None
+    check: bool
+    list: bool
+    explain: str | None
+    profile: str | None
+    kernels: list[str] | None
+    manifest: Path | None
+
+    @property
+    def out_root(self) -> Path:
+        return self.root if self.root is not None else self.spec.resolve().parent
+
+
+# --- derived files -------------------------------------------------------------------------------------
+
+
+def derived_files(matrix: Matrix) -> dict[Path, str]:
+    """Every committed file generated from the matrix: path relative to the repo root -> exact content.
+
+    Add new generated files here (and only here); `--check` and the writer pick them up automatically.
+    """
+    return {Path("docs/INSTANCES.md"): render_instances_md(matrix)}
+
+
+def render_instances_md(matrix: Matrix) -> str:
+    profiles = []
+    for pname in matrix.profile_names:
+        exp = matrix.expand(pname)
+        prof = matrix.profiles[pname]
+        by_reason: dict[str, list[str]] = {}
+        for spec, reason in exp.dropped:
+            by_reason.setdefault(reason, []).append(spec.name())
+        profiles.append(
+            {
+                "name": pname,
+                "groups": list(prof.groups),
+                "kernels": [f"`{k}`" for k in prof.kernels],
+                "rows": [_row(s) for s in exp.specs],
+                "dropped": sorted(by_reason.items()),
+                "n_dropped": len(exp.dropped),
+            }
+        )
+    source = matrix.source.name if matrix.source is not None else "kernel_specs.yaml"
+    text = _jinja().get_template("instances.md.j2").render(source=source, profiles=profiles)
+    return text.rstrip("\n") + "\n"
+
+
+def _row(s: GemmSpec) -> dict[str, str]:
+    ab, epi = smem_plan(s)
+    return {
+        "id": s.name(),
+        "a": str(s.a_dtype),
+        "b": str(s.b_dtype),
+        "d": str(s.d_dtype),
+        "acc": str(s.acc_dtype),
+        "majors": f"{s.a_major} {s.b_major} {s.d_major}",
+        "tile": "×".join(map(str, s.tile)),
+        "cluster": "×".join(map(str, s.cluster)),
+        "schedule": str(s.schedule),
+        "stages": f"{ab}, {epi}",
+    }
+
+
+def _jinja() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def regen(matrix: Matrix, root: Path, check: bool) -> list[Path]:
+    """Write (or with `check`, diff) the derived files under `root`. Returns the stale paths (relative)."""
+    stale = []
+    for rel, new in derived_files(matrix).items():
+        path = root / rel
+        old = path.read_bytes().decode("utf-8") if path.exists() else ""
+        if old == new:
+            continue
+        stale.append(rel)
+        if check:
+            diff = difflib.unified_diff(
+                old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}"
+            )
+            sys.stdout.writelines(diff)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(new.encode("utf-8"))
+            os.replace(tmp, path)  # atomic: a reader never sees half a file
+            print(f"wrote {rel}")
+    return stale
+
+
+# --- --explain -----------------------------------------------------------------------------------------
+
+
+def explain(matrix: Matrix, instance_id: str, manifest: Path | None, manifest_given: bool) -> int:
+    expansions = {p: matrix.expand(p) for p in matrix.profile_names}
+    known = sorted({s.name() for e in expansions.values() for s in _all_specs(e)})
+    try:
+        spec = GemmSpec.parse(instance_id)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _suggest(instance_id, known)
+        return 1
+
+    out = [f"instance {instance_id}"]
+    shipped_in = [p for p, e in expansions.items() if spec in e.specs]
+    out.append(f"  shipped in profiles: {', '.join(shipped_in) or '(none)'}")
+    for p, e in expansions.items():
+        for s, reason in e.dropped:
+            if s == spec:
+                out.append(f"  dropped from profile {p}: {reason}")
+    out.append("spec:")
+    out += [f"  {k}: {v}" for k, v in spec.to_json().items()]
+    out.append("validity rules (codegen/validity.py, in order):")
+    out += [
+        f"  {'pass' if r is None else 'FAIL'}  {name}{'' if r is None else ': ' + r}"
+        for name, r in check_rules(spec)
+    ]
+    out += _smem_lines(spec)
+    print("\n".join(out))
+
+    if instance_id not in known:
+        print(f"\n{instance_id} is not in any profile of {_source(matrix)}.", file=sys.stderr)
+        _suggest(instance_id, known)
+        return 1
+    return _print_manifest_record(instance_id, manifest, manifest_given)
+
+
+def _all_specs(e: Expansion) -> list[GemmSpec]:
+    return e.specs + [s for s, _ in e.dropped]
+
+
+def _smem_lines(spec: GemmSpec) -> list[str]:
+    m, n, k = spec.tile
+    em, en = epilogue_tile(spec)
+    ab, epi = smem_plan(spec)
+    stage, epi_bytes = ab_stage_bytes(spec), epi_smem_bytes(spec)
+    budget = SMEM_CAPACITY_BYTES - BARRIER_RESERVE_BYTES - epi_bytes
+    return [
+        "shared memory plan (codegen.validity.smem_plan, imported by the kernel):",
+        f"  A/B stage: {m}x{k} {spec.a_dtype} + {n}x{k} {spec.b_dtype} = {stage} B",
+        f"  epilogue: {em}x{en} {spec.d_dtype} tile x {epi} stages = {epi_bytes} B",
+        f"  A/B budget: {SMEM_CAPACITY_BYTES} - {BARRIER_RESERVE_BYTES} (barriers) - {epi_bytes}"
+        f" = {budget} B",
+        f"  -> {ab} A/B stages ({ab * stage} B), {epi} epilogue stages",
+    ]
+
+
+def _print_manifest_record(instance_id: str, manifest: Path | None, manifest_given: bool) -> int:
+    if manifest is None or not manifest.exists():
+        if manifest_given:
+            print(f"error: no manifest at {manifest}", file=sys.stderr)
+            return 1
+        print(
+            f"launch contract: no built manifest at {DEFAULT_MANIFEST}; build the kernels (the codegen "
+            "compile step writes build/kernels/manifest.json) or pass --manifest PATH"
+        )
+        return 0
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        record = data["instances"].get(instance_id)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        print(f"error: cannot read manifest {manifest}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if record is None:
+        print(
+            f"launch contract: {manifest} (profile {data.get('profile', '?')}) "
+            f"has no record for {instance_id}"
+        )
+        return 0
+    print(f"launch contract ({manifest}):")
+    print(json.dumps(record, indent=2, sort_keys=True))
+    return 0
+
+
+def _suggest(instance_id: str, known: list[str]) -> None:
+    close = difflib.get_close_matches(instance_id, known, n=5, cutoff=0.6)
+    if close:
+        print("closest known ids:", file=sys.stderr)
+        for c in close:
+            print(f"  {c}", file=sys.stderr)
+
+
+def _source(matrix: Matrix) -> str:
+    return matrix.source.name if matrix.source is not None else "the spec"
+
+
+# --- command line --------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m build_tools.regen",
+        description="Regenerate (or check, list, explain) what derives from kernel_specs.yaml.",
+    )
+    p.add_argument("--spec", type=Path, default=REPO_ROOT / "kernel_specs.yaml", help="the matrix file")
+    p.add_argument(
+        "--root", type=Path, default=None, help="where derived files live (default: the spec's folder)"
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 with a diff if a derived file is stale")
+    mode.add_argument("--list", action="store_true", help="print the instance ids of --profile")
+    mode.add_argument("--explain", metavar="ID", help="explain one instance id")
+    p.add_argument("--profile", default=None, help="profile for --list (default: default)")
+    p.add_argument("--kernels", nargs="+", metavar="GLOB", help="id globs filtering --list")
+    p.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        help=f"built manifest for --explain (default: {DEFAULT_MANIFEST})",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = RegenArgs(**vars(parser.parse_args(argv)))
+    if (args.profile is not None or args.kernels) and not args.list:
+        parser.error(
+            "--profile and --kernels select what --list prints; derived files always cover every profile"
+        )
+    if args.manifest is not None and args.explain is None:
+        parser.error("--manifest is only read by --explain")
+    try:
+        matrix = load_matrix(args.spec)
+        if args.list:
+            exp = matrix.expand(args.profile or "default", only_globs=args.kernels or ())
+            print("\n".join(exp.names()))
+            return 0
+        if args.explain is not None:
+            given = args.manifest is not None
+            manifest = args.manifest if given else args.out_root / DEFAULT_MANIFEST
+            return explain(matrix, args.explain, manifest, given)
+        stale = regen(matrix, args.out_root, check=args.check)
+    except (MatrixError, SpecError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check and stale:
+        print(
+            f"error: stale derived file(s): {', '.join(map(str, stale))}; run python -m build_tools.regen",
+            file=sys.stderr,
+        )
+        return 1
+    if not stale:
+        print("derived files are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

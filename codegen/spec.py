@@ -1,0 +1,280 @@
+"""One kernel variant as a frozen dataclass, and its canonical instance id.
+
+Why this module exists: every other piece (matrix expansion, compile driver, manifest, runtime dispatch,
+test ids, cubin file names) needs to agree on what an instance *is* and what it is *called*. The
+`GemmSpec` dataclass is that agreement, and `GemmSpec.name()` is the identity everywhere (STYLE P3):
+cubin file name, manifest key, `--kernels` filter key, pytest id. `GemmSpec.parse()` is its exact inverse.
+
+Closed sets are `StrEnum`s so that YAML values, id tokens and JSON all use the same strings (STYLE P2).
+
+This module is stdlib-only on purpose (no yaml, no jinja2): the runtime may later reuse small parts of it.
+
+Instance id format (base, fixed forever once shipped):
+
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}
+    e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
+
+Extension rule for later optional features (a C operand, fast accumulation, ...): add a dataclass field
+*with a default* that means "feature off", and append one `_`-separated suffix token to the base only when
+the field is not at its default (e.g. `_cbf16n` for a bf16 n-major C, `_fastacc`), in a fixed order.
+Existing ids then never change, and `parse()` consumes the known suffix tokens in that order. Today no
+suffix token is defined, so `parse()` rejects any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10 (the wheel allows it; StrEnum arrived in 3.11)
+
+    class StrEnum(str, Enum):  # type: ignore[no-redef]
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class SpecError(ValueError):
+    """A spec row, JSON record or instance id is malformed. The message names the field and the fix."""
+
+
+class DType(StrEnum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+    e4m3 = "e4m3"
+    e5m2 = "e5m2"
+
+    @property
+    def bits(self) -> int:
+        return _DTYPE_BITS[self]
+
+    @property
+    def is_float8(self) -> bool:
+        return self.bits == 8
+
+
+_DTYPE_BITS = {DType.bf16: 16, DType.fp16: 16, DType.fp32: 32, DType.e4m3: 8, DType.e5m2: 8}
+
+
+class AMajor(StrEnum):
+    k = "k"
+    m = "m"
+
+
+class BMajor(StrEnum):
+    k = "k"
+    n = "n"
+
+
+class DMajor(StrEnum):
+    n = "n"
+    m = "m"
+
+
+class Schedule(StrEnum):
+    cooperative = "cooperative"
+    pingpong = "pingpong"
+
+
+# Short id tokens for schedules; the YAML/JSON spelling stays the full word.
+_SCHEDULE_TOKEN = {Schedule.cooperative: "coop", Schedule.pingpong: "pp"}
+_TOKEN_SCHEDULE = {tok: s for s, tok in _SCHEDULE_TOKEN.items()}
+
+_ENUM_FIELDS: dict[str, type[StrEnum]] = {
+    "a_dtype": DType,
+    "b_dtype": DType,
+    "d_dtype": DType,
+    "acc_dtype": DType,
+    "a_major": AMajor,
+    "b_major": BMajor,
+    "d_major": DMajor,
+    "schedule": Schedule,
+}
+TUPLE_FIELDS = ("tile", "cluster")
+"""Fields whose single value is itself a list in YAML/JSON (so `[1, 2]` is one value, `[[1, 2]]` a list)."""
+
+
+def default_tile_k(a_dtype: DType) -> int:
+    """The canonical CTA tile K: 4 WGMMA k-steps = 128 bytes = one 128-byte swizzle row of A/B.
+
+    A WGMMA k-step is 32 bytes of K (16 elements for 16-bit inputs, 32 for 8-bit, 8 for tf32), so four of
+    them are 64 elements for bf16/fp16 and 128 for e4m3/e5m2.
+    """
+    return 4 * (256 // a_dtype.bits)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def parse_field(name: str, value: Any) -> Any:
+    """Validate and normalize one field value (str -> enum, list -> tuple). Raises SpecError.
+
+    `tile` comes back as (M, N, K) where K may still be 0 ("default"); `GemmSpec` resolves it, because the
+    default depends on the input dtype.
+    """
+    if name in _ENUM_FIELDS:
+        enum = _ENUM_FIELDS[name]
+        if isinstance(value, str) and value in enum._value2member_map_:
+            return enum(value)
+        allowed = ", ".join(m.value for m in enum)
+        raise SpecError(f"{name}: bad value {value!r}; allowed: {allowed}")
+    if name == "tile":
+        ok = (
+            isinstance(value, (list, tuple))
+            and len(value) in (2, 3)
+            and all(_is_int(v) for v in value)
+            and value[0] > 0
+            and value[1] > 0
+            and (len(value) == 2 or value[2] >= 0)
+        )
+        if not ok:
+            raise SpecError(
+                f"tile: bad value {value!r}; allowed: [M, N] or [M, N, K] of positive integers "
+                "(K may be 0 or left out: the default, 4 MMA k-steps)"
+            )
+        return (value[0], value[1], value[2] if len(value) == 3 else 0)
+    if name == "cluster":
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_int(v) and v > 0 for v in value):
+            return (value[0], value[1])
+        raise SpecError(f"cluster: bad value {value!r}; allowed: [cluster_m, cluster_n] of positive integers")
+    raise SpecError(f"unknown field {name!r}; valid fields: {', '.join(FIELD_NAMES)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmSpec:
+    """One Hopper GEMM kernel variant: D = A @ B with the given dtypes, layouts, CTA tile, cluster, schedule.
+
+    Keyword-only (no positional construction). Construction normalizes and validates every field: strings
+    become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
+    `GemmSpec` is canonical and equal specs have equal names. Whether the kernel *supports* a spec is a
+    separate question: see `codegen.validity.why_unsupported`.
+    """
+
+    a_dtype: DType
+    b_dtype: DType
+    d_dtype: DType
+    acc_dtype: DType = DType.fp32
+    a_major: AMajor
+    b_major: BMajor
+    d_major: DMajor
+    tile: tuple[int, int, int]
+    cluster: tuple[int, int]
+    schedule: Schedule
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, parse_field(f.name, getattr(self, f.name)))
+        m, n, k = self.tile
+        if k == 0:
+            object.__setattr__(self, "tile", (m, n, default_tile_k(self.a_dtype)))
+
+    # --- construction from data ---------------------------------------------------------------------
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> GemmSpec:
+        """Strictly build a spec from a mapping field name -> value (a YAML row). `acc_dtype` is optional."""
+        if not isinstance(row, Mapping):
+            raise SpecError(f"a spec row must be a mapping of field -> value, got {type(row).__name__}")
+        unknown = sorted(str(k) for k in row.keys() - set(FIELD_NAMES))
+        if unknown:
+            raise SpecError(f"unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(FIELD_NAMES)}")
+        missing = [f for f in REQUIRED_FIELDS if f not in row]
+        if missing:
+            raise SpecError(
+                f"missing key(s) {', '.join(missing)}; required keys: {', '.join(REQUIRED_FIELDS)}"
+            )
+        return cls(**row)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GemmSpec:
+        """Inverse of `to_json()`. Every field must be present (the manifest always writes all of them)."""
+        if isinstance(data, Mapping):
+            missing = [f for f in FIELD_NAMES if f not in data]
+            if missing:
+                raise SpecError(f"spec JSON lacks key(s) {', '.join(missing)}")
+        return cls.from_row(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able dict (enums as strings, tile/cluster as lists): the manifest's `spec` field."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else str(v)
+        return out
+
+    # --- identity -----------------------------------------------------------------------------------
+
+    def name(self) -> str:
+        """The canonical instance id (see the module docstring for the format and its extension rule)."""
+        m, n, k = self.tile
+        cm, cn = self.cluster
+        sched = _SCHEDULE_TOKEN[self.schedule]
+        return (
+            f"sm90_{self.a_dtype}_{self.b_dtype}_{self.d_dtype}_{self.acc_dtype}acc"
+            f"_{self.a_major}{self.b_major}{self.d_major}_{m}x{n}x{k}_c{cm}x{cn}_{sched}"
+        )
+
+    @classmethod
+    def parse(cls, name: str) -> GemmSpec:
+        """Exact inverse of `name()`. Raises SpecError naming the bad token: malformed or non-canonical id."""
+        if not isinstance(name, str):
+            raise SpecError(f"instance id must be a string, got {type(name).__name__}")
+
+        def bad(detail: str) -> SpecError:
+            return SpecError(f"malformed instance id {name!r}: {detail}; expected {_ID_FORMAT}")
+
+        tokens = name.split("_")
+        if len(tokens) < _BASE_TOKENS:
+            raise bad(f"{len(tokens)} '_'-separated tokens, need {_BASE_TOKENS}")
+        arch, a, b, d, acc, majors, tile, cluster, sched, *suffix = tokens
+        if arch != "sm90":
+            raise bad(f"prefix {arch!r} is not 'sm90'")
+        if not acc.endswith("acc"):
+            raise bad(f"accumulator token {acc!r} does not end in 'acc'")
+        if len(majors) != 3:
+            raise bad(f"majors token {majors!r} is not 3 letters (A, B, D)")
+        dims = tile.split("x")
+        if len(dims) != 3 or not all(_is_decimal(x) for x in dims):
+            raise bad(f"tile token {tile!r} is not MxNxK")
+        cdims = cluster[1:].split("x")
+        if not cluster.startswith("c") or len(cdims) != 2 or not all(_is_decimal(x) for x in cdims):
+            raise bad(f"cluster token {cluster!r} is not c<M>x<N>")
+        if sched not in _TOKEN_SCHEDULE:
+            raise bad(f"schedule token {sched!r} is not one of {', '.join(_TOKEN_SCHEDULE)}")
+        if suffix:
+            raise bad(
+                f"unknown optional token(s) {', '.join(suffix)} (this build defines no optional features)"
+            )
+        try:
+            spec = cls(
+                a_dtype=a,
+                b_dtype=b,
+                d_dtype=d,
+                acc_dtype=acc.removesuffix("acc"),
+                a_major=majors[0],
+                b_major=majors[1],
+                d_major=majors[2],
+                tile=tuple(int(x) for x in dims),
+                cluster=tuple(int(x) for x in cdims),
+                schedule=_TOKEN_SCHEDULE[sched],
+            )
+        except SpecError as e:
+            raise bad(str(e)) from None
+        if spec.name() != name:  # e.g. K written as 0, or leading zeros
+            raise bad(f"not canonical; the canonical id of this spec is {spec.name()!r}")
+        return spec
+
+
+def _is_decimal(s: str) -> bool:
+    return s.isascii() and s.isdecimal()
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
+REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f != "acc_dtype")
+_BASE_TOKENS = 9
+_ID_FORMAT = "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"

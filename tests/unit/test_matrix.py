@@ -1,0 +1,281 @@
+"""kernel_specs.yaml schema and expansion: strict errors with YAML paths, exclusions, drops, determinism."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from codegen.matrix import Matrix, MatrixError, load_matrix, parse_matrix
+from codegen.spec import GemmSpec
+from codegen.validity import why_unsupported
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_FILE = REPO / "kernel_specs.yaml"
+
+CI_IDS = [
+    "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop",
+    "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x2_coop",
+    "sm90_bf16_bf16_fp32_fp32acc_kkn_64x128x64_c1x2_coop",
+    "sm90_fp16_fp16_fp16_fp32acc_kkn_128x256x64_c2x1_coop",
+]
+
+# A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
+SMALL = {
+    "version": 1,
+    "groups": {
+        "g": {
+            "axes": {
+                "d_dtype": "bf16",
+                "a_major": "k",
+                "b_major": "k",
+                "d_major": "n",
+                "tile": [[128, 128], [64, 128]],
+                "cluster": [[1, 1], [2, 1]],
+                "schedule": "cooperative",
+            },
+            "zip": [{"a_dtype": ["bf16", "fp16"], "b_dtype": ["bf16", "fp16"]}],
+        }
+    },
+    "profiles": {"default": {"groups": ["g"]}},
+}
+
+
+def small(**edits) -> dict:
+    """A deep copy of SMALL with dotted-path edits applied, e.g. small(**{"groups.g.axes.tile": ...})."""
+    data = copy.deepcopy(SMALL)
+    for dotted, value in edits.items():
+        *parents, leaf = dotted.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        if value is _DELETE:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return data
+
+
+_DELETE = object()
+
+
+def expand(data: dict, profile: str = "default", only=()) -> list[str]:
+    return parse_matrix(data).expand(profile, only).names()
+
+
+@pytest.fixture(scope="module")
+def committed() -> Matrix:
+    return load_matrix(SPEC_FILE)
+
+
+# --- the committed kernel_specs.yaml -------------------------------------------------------------------
+
+
+def test_committed_default_profile(committed):
+    exp = committed.expand("default")
+    assert (
+        len(exp.specs) == 56
+    )  # bump deliberately when the matrix changes (docs/INSTANCES.md shows the diff)
+    assert len(exp.specs) <= 60
+    assert {s.a_dtype for s in exp.specs} == {"bf16", "fp16"}
+    assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32"}
+    assert {s.tile[:2] for s in exp.specs} == {(128, 256), (128, 128), (64, 128), (256, 128)}
+    assert {s.cluster for s in exp.specs} == {(1, 1), (2, 1), (1, 2), (2, 2)}
+    assert all(why_unsupported(s) is None for s in exp.specs)
+
+
+def test_committed_ci_profile_is_exactly_four(committed):
+    assert committed.expand("ci").names() == CI_IDS
+
+
+@pytest.mark.parametrize("profile", ["default", "ci"])
+def test_every_expanded_name_round_trips(committed, profile):
+    exp = committed.expand(profile)
+    for s in exp.specs + [d for d, _ in exp.dropped]:
+        assert GemmSpec.parse(s.name()) == s
+
+
+@pytest.mark.parametrize("profile", ["default", "ci"])
+def test_expansion_is_deterministic_sorted_and_unique(profile):
+    first = load_matrix(SPEC_FILE).expand(profile)
+    second = load_matrix(SPEC_FILE).expand(profile)
+    assert first == second
+    names = first.names()
+    assert names == sorted(names) and len(set(names)) == len(names)
+    dropped = [s.name() for s, _ in first.dropped]
+    assert dropped == sorted(dropped) and not set(dropped) & set(names)
+
+
+# --- expansion semantics -------------------------------------------------------------------------------
+
+
+def test_product_of_axes_and_zip():
+    names = expand(SMALL)
+    assert len(names) == 8
+    assert "sm90_fp16_fp16_bf16_fp32acc_kkn_64x128x64_c2x1_coop" in names
+    assert not any("_bf16_fp16_" in n or "_fp16_bf16_bf16" in n for n in names)  # zip: a and b vary together
+
+
+def test_scalar_tile_is_one_value():
+    names = expand(small(**{"groups.g.axes.tile": [128, 128]}))
+    assert len(names) == 4 and all("_128x128x64_" in n for n in names)
+
+
+def test_exclude_drops_matching_instances_with_a_reason():
+    data = small(
+        **{
+            "groups.g.exclude": [
+                {"tile": [64, 128], "cluster": [2, 1]},
+                {"a_dtype": "fp16", "cluster": [[1, 1]]},
+            ]
+        }
+    )
+    exp = parse_matrix(data).expand("default")
+    assert len(exp.specs) == 8 - 2 - 2  # exclude[0]: both dtypes; exclude[1]: both tiles
+    reasons = {s.name(): r for s, r in exp.dropped}
+    assert reasons["sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c2x1_coop"].startswith(
+        "excluded by groups.g.exclude[0]"
+    )
+    assert reasons["sm90_fp16_fp16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"].startswith(
+        "excluded by groups.g.exclude[1]"
+    )
+
+
+def test_exclude_tile_k_defaults_like_axes():
+    data = small(**{"groups.g.exclude": [{"tile": [64, 128, 64]}]})
+    assert len(expand(data)) == 4
+
+
+def test_unsupported_combinations_are_dropped_with_the_validity_reason():
+    data = small(**{"groups.g.axes.schedule": ["cooperative", "pingpong"]})
+    exp = parse_matrix(data).expand("default")
+    assert len(exp.specs) == 8 and len(exp.dropped) == 8
+    assert all(s.schedule == "pingpong" and "pingpong: not yet supported" in r for s, r in exp.dropped)
+
+
+def test_instance_from_two_groups_appears_once_and_kept_wins_over_dropped():
+    data = small()
+    data["groups"]["h"] = copy.deepcopy(data["groups"]["g"])
+    data["groups"]["h"]["exclude"] = [{"a_dtype": "bf16"}]
+    data["profiles"]["default"]["groups"] = ["h", "g"]  # h drops bf16, g ships it
+    exp = parse_matrix(data).expand("default")
+    assert len(exp.names()) == 8 and exp.dropped == []
+
+
+def test_profile_kernel_globs_filter_and_only_globs_narrow_further():
+    data = small(**{"profiles.ci": {"groups": ["g"], "kernels": ["sm90_bf16_*", "sm90_fp16_*_c2x1_coop"]}})
+    assert len(expand(data, "ci")) == 4 + 2
+    assert expand(data, "ci", only=["*_64x128x64_*"]) == [
+        "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop",
+        "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c2x1_coop",
+        "sm90_fp16_fp16_bf16_fp32acc_kkn_64x128x64_c2x1_coop",
+    ]
+
+
+def test_only_globs_matching_nothing_is_an_error():
+    with pytest.raises(MatrixError, match="matches"):
+        expand(SMALL, only=["sm90_e4m3*"])
+
+
+# --- errors name their path ----------------------------------------------------------------------------
+
+
+ZIP2 = {"a_dtype": ["bf16", "fp16"], "b_dtype": ["bf16"]}
+SCHEMA_ERRORS = [
+    ({"extra": 1}, "extra: unknown key; expected one of version, groups, profiles"),
+    ({"version": 2}, "version: 2 is not supported"),
+    ({"groups": {}}, "groups: must not be empty"),
+    ({"groups.g.axis": {}}, "groups.g.axis: unknown key; expected one of axes, zip, exclude"),
+    ({"groups.g.axes.tiles": [[128, 128]]}, "groups.g.axes.tiles: unknown key; expected one of a_dtype"),
+    ({"groups.g.axes.tile": [[128, 128], [128, 0]]}, "groups.g.axes.tile[1]: tile: bad value [128, 0]"),
+    ({"groups.g.axes.d_dtype": ["bf16", "bf8"]}, "groups.g.axes.d_dtype[1]: d_dtype: bad value 'bf8'"),
+    ({"groups.g.axes.d_dtype": []}, "groups.g.axes.d_dtype: empty list"),
+    ({"groups.g.axes.schedule": _DELETE}, "groups.g: no value for schedule"),
+    (
+        {"groups.g.axes.a_dtype": "bf16"},
+        "groups.g.zip[0].a_dtype: a_dtype is already given at groups.g.axes.a_dtype",
+    ),
+    (
+        {"groups.g.zip": [ZIP2]},
+        "groups.g.zip[0]: zipped lists must have equal lengths, got a_dtype: 2, b_dtype: 1",
+    ),
+    (
+        {"groups.g.zip": [{"a_dtype": "bf16", "b_dtype": ["bf16"]}]},
+        "groups.g.zip[0].a_dtype: zip values must be a non-empty list",
+    ),
+    (
+        {"groups.g.zip": [{"a_dtype": ["bf16"], "b_dtype": ["bf16"], "nope": [1]}]},
+        "groups.g.zip[0].nope: unknown key",
+    ),
+    (
+        {"groups.g.exclude": [{"tile": [64, 128], "clusters": [2, 1]}]},
+        "groups.g.exclude[0].clusters: unknown key",
+    ),
+    ({"groups.g.exclude": [{"tile": [64, 256]}]}, "groups.g.exclude[0]: matches no instance of group g"),
+    ({"groups.g.exclude": {"tile": [64, 128]}}, "groups.g.exclude: must be a list"),
+    (
+        {"profiles.default": {"groups": ["g", "nope"]}},
+        "profiles.default.groups: unknown group 'nope'; known groups: g",
+    ),
+    ({"profiles.default": {"groups": []}}, "profiles.default.groups: must be a non-empty list"),
+    ({"profiles.default": {"groups": ["g"], "kernel": []}}, "profiles.default.kernel: unknown key"),
+    (
+        {"profiles.default": {"groups": ["g"], "kernels": ["sm90_bogus"]}},
+        "profiles.default.kernels[0]: malformed instance id",
+    ),
+]
+
+
+@pytest.mark.parametrize(("edits", "message"), SCHEMA_ERRORS)
+def test_schema_errors_name_the_yaml_path(edits, message):
+    with pytest.raises(MatrixError) as e:
+        expand(small(**edits))
+    assert message in str(e.value), str(e.value)
+
+
+def test_unknown_profile():
+    with pytest.raises(MatrixError, match="profiles.nope: no such profile; known: default"):
+        expand(SMALL, "nope")
+
+
+def test_profile_expanding_to_zero_instances_is_an_error():
+    data = small(**{"groups.g.exclude": [{"a_dtype": ["bf16", "fp16"]}]})
+    with pytest.raises(MatrixError, match="profiles.default: expands to zero instances"):
+        expand(data)
+
+
+def test_exact_kernel_that_is_unsupported_is_an_error_with_the_reason():
+    pp = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_pp"
+    data = small(**{"groups.g.axes.schedule": ["cooperative", "pingpong"], "profiles.default.kernels": [pp]})
+    with pytest.raises(
+        MatrixError, match=r"kernels\[0\]: .*_pp is not shipped: schedule pingpong: not yet supported"
+    ):
+        expand(data)
+
+
+def test_exact_kernel_that_is_excluded_or_absent_is_an_error():
+    fp16_id = "sm90_fp16_fp16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"
+    excluded = small(**{"groups.g.exclude": [{"a_dtype": "fp16"}], "profiles.default.kernels": [fp16_id]})
+    with pytest.raises(MatrixError, match="is not shipped: excluded by groups.g.exclude"):
+        expand(excluded)
+    absent = small(**{"profiles.default.kernels": ["sm90_bf16_bf16_bf16_fp32acc_kkn_256x128x64_c1x1_coop"]})
+    with pytest.raises(MatrixError, match="is not produced by groups g"):
+        expand(absent)
+
+
+def test_profile_glob_matching_nothing_is_an_error():
+    data = small(**{"profiles.default.kernels": ["sm90_bf16_*", "sm90_e4m3_*"]})
+    with pytest.raises(MatrixError, match=r"kernels\[1\]: glob 'sm90_e4m3_\*' matches no instance"):
+        expand(data)
+
+
+def test_yaml_duplicate_keys_and_syntax_errors(tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("version: 1\nversion: 1\ngroups: {}\nprofiles: {}\n")
+    with pytest.raises(MatrixError, match="duplicate key 'version'"):
+        load_matrix(dup)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("version: [1\n")
+    with pytest.raises(MatrixError, match="not valid YAML"):
+        load_matrix(broken)

@@ -1,0 +1,202 @@
+"""`python -m build_tools.regen`: drift check on the committed tree, writes, --list and --explain.
+
+Tests that edit files work on a copy in tmp_path (--spec points there; derived files live beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_tools.regen import derived_files, main
+from codegen.matrix import load_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = Path("docs/INSTANCES.md")
+KNOWN = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop"
+EXCLUDED = "sm90_bf16_bf16_fp16_fp32acc_kkn_128x256x64_c2x1_coop"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of kernel_specs.yaml and its derived files."""
+    shutil.copy(REPO / "kernel_specs.yaml", tmp_path / "kernel_specs.yaml")
+    for rel in derived_files(load_matrix(REPO / "kernel_specs.yaml")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, tmp_path / rel)
+    return tmp_path
+
+
+def run(tree: Path, *argv: str) -> int:
+    return main(["--spec", str(tree / "kernel_specs.yaml"), *argv])
+
+
+# --- derived files -------------------------------------------------------------------------------------
+
+
+def test_check_passes_on_the_committed_tree(capsys):
+    assert main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_derived_files_are_relative_and_include_instances_doc():
+    files = derived_files(load_matrix(REPO / "kernel_specs.yaml"))
+    assert DOC in files and all(not p.is_absolute() for p in files)
+
+
+def test_check_fails_with_a_diff_when_the_doc_is_edited(tree, capsys):
+    real_before = (REPO / DOC).read_bytes()
+    doc = tree / DOC
+    doc.write_text(doc.read_text().replace("| 6, 4 |", "| 7, 4 |", 1))
+    assert run(tree, "--check") == 1
+    out, err = capsys.readouterr()
+    assert f"--- a/{DOC}" in out and "-| `sm90_" in out and "| 7, 4 |" in out
+    assert "stale" in err
+    # a plain run repairs the copy, after which --check passes; the real doc was never touched
+    assert run(tree) == 0
+    assert run(tree, "--check") == 0
+    assert doc.read_bytes() == real_before == (REPO / DOC).read_bytes()
+
+
+def test_check_fails_when_the_spec_changes(tree, capsys):
+    spec = tree / "kernel_specs.yaml"
+    text = spec.read_text()
+    assert "[256, 128], " in text
+    spec.write_text(text.replace("[256, 128], ", "", 1))
+    assert run(tree, "--check") == 1
+    assert "-| `sm90_bf16_bf16_bf16_fp32acc_kkn_256x128x64_c1x1_coop`" in capsys.readouterr().out
+
+
+def test_check_is_byte_exact(tree):
+    doc = tree / DOC
+    doc.write_bytes(doc.read_bytes().rstrip(b"\n"))  # only the final newline differs
+    assert run(tree, "--check") == 1
+
+
+def test_check_fails_when_the_doc_is_missing(tree):
+    (tree / DOC).unlink()
+    assert run(tree, "--check") == 1
+
+
+def test_write_is_byte_stable_and_skips_unchanged_files(tree, capsys):
+    (tree / DOC).unlink()
+    assert run(tree) == 0
+    assert f"wrote {DOC}" in capsys.readouterr().out
+    first = (tree / DOC).read_bytes()
+    mtime = (tree / DOC).stat().st_mtime_ns
+    assert run(tree) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert (tree / DOC).read_bytes() == first and (tree / DOC).stat().st_mtime_ns == mtime
+    assert first == (REPO / DOC).read_bytes()
+
+
+def test_invalid_spec_exits_2_with_the_yaml_path(tree, capsys):
+    spec = tree / "kernel_specs.yaml"
+    spec.write_text(spec.read_text().replace("d_major: n", "d_majr: n"))
+    assert run(tree, "--check") == 2
+    assert "groups.dense16.axes.d_majr: unknown key" in capsys.readouterr().err
+
+
+# --- --list --------------------------------------------------------------------------------------------
+
+
+def test_list_default_profile(capsys):
+    assert main(["--list"]) == 0
+    ids = capsys.readouterr().out.split()
+    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names() and len(ids) == 56
+
+
+def test_list_ci_profile_and_kernel_globs(capsys):
+    assert main(["--list", "--profile", "ci"]) == 0
+    assert len(capsys.readouterr().out.split()) == 4
+    assert (
+        main(["--list", "--kernels", "sm90_fp16_*_64x128x64_*", "*_bf16_fp32acc_*_256x128x64_c2x2_coop"]) == 0
+    )
+    assert capsys.readouterr().out.split() == [
+        "sm90_bf16_bf16_bf16_fp32acc_kkn_256x128x64_c2x2_coop",
+        "sm90_fp16_fp16_fp16_fp32acc_kkn_64x128x64_c1x1_coop",
+        "sm90_fp16_fp16_fp16_fp32acc_kkn_64x128x64_c1x2_coop",
+        "sm90_fp16_fp16_fp32_fp32acc_kkn_64x128x64_c1x1_coop",
+        "sm90_fp16_fp16_fp32_fp32acc_kkn_64x128x64_c1x2_coop",
+    ]
+
+
+def test_list_errors(capsys):
+    assert main(["--list", "--kernels", "nothing*"]) == 2
+    assert main(["--list", "--profile", "nope"]) == 2
+    assert "no such profile" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--check", "--kernels", "sm90_*"])  # --kernels only filters --list
+    assert e.value.code == 2
+
+
+def test_runs_as_a_module():
+    r = subprocess.run(
+        [sys.executable, "-m", "build_tools.regen", "--list", "--profile", "ci"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.split()) == 4
+
+
+# --- --explain -----------------------------------------------------------------------------------------
+
+
+def test_explain_known_id_without_manifest(tree, capsys):
+    assert run(tree, "--explain", KNOWN) == 0
+    out = capsys.readouterr().out
+    assert "shipped in profiles: default" in out
+    assert "tile: [128, 256, 64]" in out
+    assert "pass  schedule" in out and "FAIL" not in out
+    assert "A/B stage: 128x64 bf16 + 256x64 bf16 = 49152 B" in out
+    assert "epilogue: 128x32 bf16 tile x 4 stages = 32768 B" in out
+    assert "A/B budget: 232448 - 1024 (barriers) - 32768 = 198656 B" in out
+    assert "-> 4 A/B stages (196608 B), 4 epilogue stages" in out
+    assert "no built manifest" in out and "--manifest PATH" in out
+
+
+def test_explain_prints_the_manifest_record(tree, capsys):
+    record = {"symbol": "kernel_x", "block": [384, 1, 1], "smem_bytes": 232448}
+    manifest = tree / "build" / "kernels" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"profile": "default", "instances": {KNOWN: record}}))
+    assert run(tree, "--explain", KNOWN) == 0
+    out = capsys.readouterr().out
+    assert f"launch contract ({manifest})" in out and '"symbol": "kernel_x"' in out
+    assert run(tree, "--explain", "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop") == 0
+    assert "has no record for" in capsys.readouterr().out
+
+
+def test_explain_with_a_missing_or_broken_manifest(tree, capsys):
+    assert run(tree, "--explain", KNOWN, "--manifest", str(tree / "nope.json")) == 1
+    assert "no manifest at" in capsys.readouterr().err
+    (tree / "bad.json").write_text("{not json")
+    assert run(tree, "--explain", KNOWN, "--manifest", str(tree / "bad.json")) == 1
+    assert "cannot read manifest" in capsys.readouterr().err
+
+
+def test_explain_excluded_id_says_why(tree, capsys):
+    assert run(tree, "--explain", EXCLUDED) == 0
+    out = capsys.readouterr().out
+    assert "shipped in profiles: (none)" in out
+    assert "dropped from profile default: excluded by groups.dense16.exclude[0]" in out
+
+
+def test_explain_unsupported_id_shows_the_failing_rule_and_suggests(tree, capsys):
+    assert run(tree, "--explain", KNOWN.replace("_coop", "_pp")) == 1
+    out, err = capsys.readouterr()
+    assert "FAIL  schedule: schedule pingpong: not yet supported" in out
+    assert "not in any profile" in err and KNOWN in err
+
+
+def test_explain_malformed_id_suggests_closest(tree, capsys):
+    typo = KNOWN.replace("fp32acc", "fp32")
+    assert run(tree, "--explain", typo) == 1
+    err = capsys.readouterr().err
+    assert "malformed instance id" in err
+    assert "closest known ids:" in err
+    assert err.split("closest known ids:")[1].split()[0] == KNOWN
