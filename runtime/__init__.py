@@ -1,0 +1,35 @@
+"""hgemm_sm90: ahead-of-time compiled NVIDIA Hopper (sm_90a) GEMM kernels and a small driver-API runtime.
+
+The wheel ships cubins, a manifest with each kernel instance's launch contract (docs/CONTRACT.md) and this
+pure-Python runtime, which loads the cubins and launches them through the CUDA driver API
+(cuda-bindings). Importing this package is cheap and needs no GPU: the driver bindings are imported on
+the first GPU call. Every error raised is an ``HgemmError`` whose message names the problem and the fix.
+"""
+
+from .errors import (
+    CorruptArtifactError,
+    CudaDriverError,
+    DeviceMismatchError,
+    DriverTooOldError,
+    HgemmError,
+    InvalidArgumentError,
+    KnobError,
+    MissingDependencyError,
+    NoDeviceError,
+    UnknownInstanceError,
+    UnsupportedDeviceError,
+)
+
+__all__ = [
+    "CorruptArtifactError",
+    "CudaDriverError",
+    "DeviceMismatchError",
+    "DriverTooOldError",
+    "HgemmError",
+    "InvalidArgumentError",
+    "KnobError",
+    "MissingDependencyError",
+    "NoDeviceError",
+    "UnknownInstanceError",
+    "UnsupportedDeviceError",
+]
