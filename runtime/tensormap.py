@@ -21,7 +21,15 @@ from dataclasses import dataclass
 
 from .errors import InvalidArgumentError
 
-__all__ = ["DESCRIPTOR_BYTES", "TensorMapTemplate", "decode", "encode_tiled", "patch_address"]
+__all__ = [
+    "DESCRIPTOR_BYTES",
+    "TensorMapTemplate",
+    "decode",
+    "element_bytes",
+    "encode_tiled",
+    "make_template",
+    "patch_address",
+]
 
 DESCRIPTOR_BYTES = 128
 # The DSL writes the first 64 bytes only (bytes 64-127 of its stack buffer stay uninitialized); the
@@ -71,6 +79,7 @@ _SWIZZLE = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
 _SWIZZLE_NAMES = {v: k for k, v in _SWIZZLE.items()}
 _SWIZZLE_SPAN = {"32B": 32, "64B": 64, "128B": 128}
 _L2_PROMOTION = {"128B": 2}  # at dword-2 bits 17-18 (hypothesis on the field width; see TENSORMAP.md)
+_L2_NAMES = {v: k for k, v in _L2_PROMOTION.items()}
 
 # dword 2 (descriptor bytes 8-11)
 _CONST_BIT1 = 1 << 1  # always set by the DSL; the driver's encoder leaves it clear (DESIGN.md fact 6)
@@ -80,6 +89,13 @@ _SPAN_LIMIT = 1 << 17
 _KNOWN_DWORD2 = _CONST_BIT1 | (7 << 4) | (0xF << 7) | (3 << 13) | (1 << 16) | (3 << 17) | _SPAN_FLAG
 _ADDRESS_LIMIT = 1 << 57  # bits 4-56 of word 0 hold address bits 4-56
 _STRIDE_LIMIT = 1 << 40  # strides: bits 4-35 in dwords 3-6, bits 36-39 in nibbles of dword 7
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of a TMA data type name (as used in manifest recipes)."""
+    if dtype not in _DTYPES:
+        raise _fail(f"TMA data type {dtype!r} is not supported", f"use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype][1]
 
 
 def _fail(problem: str, fix: str) -> InvalidArgumentError:
@@ -253,6 +269,12 @@ def decode(desc: bytes) -> dict:
         "box": box,
         "swizzle": _SWIZZLE_NAMES[(dword2 >> _SWIZZLE_SHIFT) & 3],
         "l2_promotion_field": (dword2 >> _L2_SHIFT) & 3,
+        # encode_tiled's remaining parameters, for the only values whose encoding is established; any
+        # other encoding shows up in `unknown_bits` (callers that need a full recipe must check it).
+        "l2_promotion": _L2_NAMES.get((dword2 >> _L2_SHIFT) & 3, "unknown"),
+        "element_strides": (1,) * rank,
+        "interleave": "none",
+        "oob_fill": "none",
         "span_flag": bool(dword2 & _SPAN_FLAG),
         "const_bit1": bool(dword2 & _CONST_BIT1),
         "unknown_bits": unknown,

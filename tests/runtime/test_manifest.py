@@ -97,7 +97,7 @@ def test_missing_grid_field(tmp_path, doc, field):
     (("grid", "cluster"), [1, 1], r"grid\.cluster must equal"),
     (("params", 4, "offset"), 380, r"params\[4\]\.offset 380 overlaps"),
     (("params", 4, "size"), 16, r"params\[4\] a shape of 3 int32 is 12 bytes"),
-    (("params", 1, "offset"), 130, r"params\[1\] a CUtensorMap parameter is 128 bytes"),
+    (("params", 1, "size"), 64, r"params\[1\] a CUtensorMap parameter is 128 bytes"),
     (("params", 1, "operand"), "a", r"params\[1\]\.operand 'a' disagrees"),
     (("params", 8, "kind"), "f64", r"params\[8\]\.kind must be one of"),
 ])

@@ -1,0 +1,223 @@
+"""The compile driver: kernel_specs.yaml profile -> cubins + manifest.json (`python -m codegen.build`).
+
+Runs on a CPU-only machine. For each instance of the profile: look it up in the content-addressed cache
+(codegen/cache.py); on a miss, compile it with the DSL for sm_90a in a worker process, read the cubin's
+facts (codegen/cubin_info.py), capture its launch contract by running the DSL's own host code against a
+stub CUDA runtime (codegen/contract.py), and store the entry. Then copy the cubins into the output
+directory and write `manifest.json` last, atomically (STYLE P7): a crash never leaves a manifest that
+names a missing cubin.
+
+A failing instance fails the build with its id and the DSL's message; `--keep-going` collects every
+failure first and reports them together (still exiting non-zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from .cache import BuildCache, CacheEntry, cache_key
+from .matrix import load_matrix
+from .spec import GemmSpec
+from .toolchain import ToolchainError, check_pinned_dsl, toolchain_stamp
+
+MANIFEST_FORMAT = "hgemm-sm90-manifest"
+CONTRACT_VERSION = 1
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------- worker side
+_WORKER_DUMP_DIR: str | None = None
+
+
+def _worker_init() -> None:
+    """Runs once per worker process, before the DSL is imported there."""
+    global _WORKER_DUMP_DIR
+    from .dsl import configure_environment
+
+    _WORKER_DUMP_DIR = tempfile.mkdtemp(prefix="hgemm-dsl-dump-")
+    configure_environment(_WORKER_DUMP_DIR)
+
+
+def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> CacheEntry:
+    """Compile one instance and capture its launch contract; returns the (new) cache entry."""
+    from .contract import capture_contract
+    from .cubin_info import parse_cubin
+    from .dsl import compile_instance
+
+    with tempfile.TemporaryDirectory(prefix="hgemm-build-") as tmp:
+        compiled = compile_instance(spec, Path(tmp) / "export")
+        info = parse_cubin(compiled.cubin)
+        record = capture_contract(spec, compiled, info, Path(tmp) / "oracle")
+        record["stats"]["compile_seconds"] = round(compiled.compile_seconds, 3)
+        record["host_function"] = {"prefix": compiled.prefix, "name": compiled.function_name}
+        key = cache_key(spec.to_json(), stamp)
+        return cache.store(
+            key,
+            {"kernel.cubin": compiled.cubin, "host.o": compiled.host_object, "host.h": compiled.host_header},
+            record,
+        )
+
+
+def _worker_job(spec_json: dict, cache_root: str, stamp: dict) -> tuple[str, str | None, str | None]:
+    """(instance id, cache entry path or None, error text or None). Never raises across the pool."""
+    spec = GemmSpec.from_json(spec_json)
+    try:
+        entry = compile_and_capture(spec, BuildCache(Path(cache_root)), stamp)
+        return spec.name(), str(entry.path), None
+    except Exception as exc:  # reported with the instance id by the parent
+        return spec.name(), None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+
+# ----------------------------------------------------------------------------- parent side
+@dataclass(frozen=True)
+class BuildArgs:
+    spec: Path
+    profile: str
+    out: Path
+    kernels: list[str]
+    jobs: int
+    keep_going: bool
+    cache_dir: Path | None
+    quiet: bool
+
+
+def build_entries(
+    specs: list[GemmSpec],
+    *,
+    cache: BuildCache,
+    jobs: int,
+    keep_going: bool = False,
+    progress: bool = True,
+) -> dict[str, CacheEntry]:
+    """Compile (or fetch from cache) every spec; returns id -> cache entry. Raises BuildError on failure."""
+    stamp = toolchain_stamp()
+    entries: dict[str, CacheEntry] = {}
+    missing: list[GemmSpec] = []
+    for spec in specs:
+        hit = cache.lookup(cache_key(spec.to_json(), stamp))
+        if hit is not None:
+            entries[spec.name()] = hit
+        else:
+            missing.append(spec)
+    failures: list[tuple[str, str]] = []
+    if missing:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(missing), desc="compiling sm_90a cubins", unit="kernel", disable=not progress)
+        ctx = get_context("spawn")  # the DSL holds MLIR contexts and threads: never fork it
+        with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx, initializer=_worker_init) as pool:
+            futures = [pool.submit(_worker_job, s.to_json(), str(cache.root), stamp) for s in missing]
+            for fut in as_completed(futures):
+                name, path, error = fut.result()
+                bar.update(1)
+                if error is None:
+                    entries[name] = CacheEntry(Path(path))
+                    continue
+                failures.append((name, error))
+                if not keep_going:
+                    for other in futures:
+                        other.cancel()
+                    break
+        bar.close()
+    if failures:
+        detail = "\n\n".join(f"--- {name}\n{err}" for name, err in failures)
+        hint = "" if keep_going else " (use --keep-going to collect every failure)"
+        raise BuildError(f"{len(failures)} instance(s) failed to build{hint}:\n{detail}")
+    return entries
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_kernel_dir(entries: dict[str, CacheEntry], out: Path, profile: str) -> dict:
+    """Copy cubins to `out`, then write manifest.json last. Returns the manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    instances = {}
+    for name in sorted(entries):
+        entry = entries[name]
+        record = entry.record
+        record.pop("host_function", None)  # build-side detail: the runtime never sees the host code
+        cubin_name = f"{name}.cubin"
+        _write_atomic(out / cubin_name, entry.cubin.read_bytes())
+        record["cubin"] = cubin_name
+        instances[name] = record
+    for stale in out.glob("*.cubin"):
+        if stale.stem not in instances:
+            stale.unlink()
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "contract_version": CONTRACT_VERSION,
+        "arch": "sm_90a",
+        # The newest CUDA API any cubin declares (EIATTR_CUDA_API_VERSION), in cuDriverGetVersion units.
+        "min_driver_version": max(r["min_driver_version"] for r in instances.values()),
+        "profile": profile,
+        "toolchain": toolchain_stamp(),
+        "instances": instances,
+    }
+    _write_atomic(out / "manifest.json", (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode())
+    return manifest
+
+
+def run(args: BuildArgs) -> dict:
+    check_pinned_dsl()
+    matrix = load_matrix(args.spec)
+    expansion = matrix.expand(args.profile, only_globs=tuple(args.kernels))
+    if not expansion.specs:
+        raise BuildError(f"profile {args.profile!r} with --kernels {args.kernels} selects no instance")
+    t0 = time.perf_counter()
+    entries = build_entries(
+        expansion.specs,
+        cache=BuildCache(args.cache_dir),
+        jobs=args.jobs,
+        keep_going=args.keep_going,
+        progress=not args.quiet,
+    )
+    manifest = write_kernel_dir(entries, args.out, args.profile)
+    if not args.quiet:
+        total = sum(len((args.out / r["cubin"]).read_bytes()) for r in manifest["instances"].values())
+        print(
+            f"hgemm-sm90: {len(entries)} instances of profile {args.profile!r} -> {args.out} "
+            f"({total / 1e6:.1f} MB of cubins, {time.perf_counter() - t0:.1f} s)",
+            file=sys.stderr,
+        )
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m codegen.build", description=__doc__.splitlines()[0])
+    p.add_argument("--spec", type=Path, default=REPO_ROOT / "kernel_specs.yaml")
+    p.add_argument("--profile", default=os.environ.get("HGEMM_PROFILE", "default"))
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "kernels")
+    p.add_argument("--kernels", nargs="*", default=[], metavar="GLOB", help="only instances matching")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--keep-going", action="store_true", help="build everything, then report all failures")
+    p.add_argument("--cache-dir", type=Path, default=None, help="default: $HGEMM_BUILD_CACHE or ~/.cache")
+    p.add_argument("--quiet", action="store_true")
+    args = BuildArgs(**vars(p.parse_args(argv)))
+    try:
+        run(args)
+    except (BuildError, ToolchainError) as exc:
+        print(f"hgemm-sm90 build failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

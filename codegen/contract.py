@@ -1,0 +1,264 @@
+"""Launch-contract capture: learn what every kernel parameter means from the DSL's own host code.
+
+Nothing about the parameter list is assumed. The cubin declares each parameter's ordinal, offset and size
+(KPARAM_INFO, codegen/cubin_info.py); the DSL's exported host code is then run twice on the CPU against a
+stub CUDA runtime (codegen/oracle.py) with two *probe* problems whose every quantity — pointers, extents,
+leading dimensions, batch strides, scalars — is distinct, and each parameter's bytes are explained:
+
+- 128 bytes: a TMA descriptor. Decoded (runtime/tensormap.py); its address names the operand; each
+  descriptor dim and stride is matched by value to a named extent (m, n, k, l) or stride (lda, ...,
+  batch_stride_d). Re-encoding the recipe must reproduce the DSL's meaningful bytes exactly.
+- 4 * r bytes of int32s: a named scalar (r = 1) or the extents of an operand (matched by value).
+- 1 byte: an empty struct the DSL passes for compile-time data (tiled MMA, layouts): opaque.
+Anything a probe cannot explain fails the build with the instance id: a DSL upgrade that changes the
+host code's behaviour is caught here, not on a user's GPU. The grid, block, cluster and shared memory of
+both probes must also match the documented grid rule. The result is the manifest record (CONTRACT.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime import scheduling, tensormap
+
+from .cubin_info import CubinInfo
+from .dsl import SCALAR_ARGS, CompiledInstance
+from .oracle import build_oracle, fatbin_cubins, tensor_struct
+from .spec import GemmSpec
+
+EXTENTS = ("m", "n", "k", "l")
+STRIDES = ("lda", "ldb", "ldd", "batch_stride_a", "batch_stride_b", "batch_stride_d")
+OPERANDS = ("a", "b", "d")
+TMA_ALIGN_BYTES = 16
+
+
+class ContractError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One problem the host code is run on. `values` maps every name a parameter may carry to its value."""
+
+    values: dict[str, int]
+
+    def __getitem__(self, name: str) -> int:
+        return self.values[name]
+
+
+def operand_rows_cols(operand: str) -> tuple[str, str]:
+    """The (row, column) extent names of an operand, per the launch convention: A is MxK, B NxK, D MxN."""
+    return {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n")}[operand]
+
+
+def contiguous_extent(spec: GemmSpec, operand: str) -> str:
+    """Name of the operand's unit-stride extent, from its majorness."""
+    rows, cols = operand_rows_cols(operand)
+    major = {"a": spec.a_major, "b": spec.b_major, "d": spec.d_major}[operand]
+    return rows if major == rows else cols
+
+
+def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
+    """Two problems with pairwise-distinct values (also across probes, also as byte strides)."""
+    shapes = (
+        {"m": 1048, "n": 2056, "k": 776, "l": 3, "raster_along_m": 1, "group_size": 5, "max_active_clusters": 7},
+        {"m": 520, "n": 1032, "k": 264, "l": 2, "raster_along_m": 0, "group_size": 3, "max_active_clusters": 11},
+    )
+    probes = []
+    for p, v in enumerate(shapes):
+        v = dict(v)
+        for i, op in enumerate(OPERANDS):
+            rows, cols = operand_rows_cols(op)
+            contiguous = contiguous_extent(spec, op)
+            other = cols if contiguous == rows else rows
+            ld = v[contiguous] + 8 * (3 + 2 * i + 7 * p)  # padded, 16-byte aligned for every dtype
+            v[f"ld{op}"] = ld
+            v[f"batch_stride_{op}"] = v[other] * ld + 64 * (1 + i + 3 * p)
+            v[op] = 0x7F00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x1000 * (i + 2)
+        v["stream"] = 0x5117 + p
+        probes.append(Probe(v))
+    return probes[0], probes[1]
+
+
+def _host_args(spec: GemmSpec, probe: Probe) -> list:
+    """The host entry's arguments: three tensor structs, the int32 scalars, the stream."""
+    args = []
+    for op in OPERANDS:
+        rows, cols = operand_rows_cols(op)
+        # Only dynamic modes appear: all three extents, and the two non-unit strides in mode order.
+        args.append(
+            tensor_struct(
+                probe[op],
+                (probe[rows], probe[cols], probe["l"]),
+                (probe[f"ld{op}"], probe[f"batch_stride_{op}"]),
+            )
+        )
+    args += [ctypes.c_int32(probe[name]) for name in SCALAR_ARGS]
+    args.append(ctypes.c_void_p(probe["stream"]))
+    return args
+
+
+def _match(value: int, names, probe: Probe, scale: int = 1) -> list[str]:
+    return [n for n in names if probe[n] * scale == value]
+
+
+def _unique(candidates_per_probe: list[list[str]], what: str) -> str:
+    common = set(candidates_per_probe[0]).intersection(*candidates_per_probe[1:])
+    if len(common) != 1:
+        raise ContractError(f"{what}: matches {sorted(common) or 'nothing'} across the probes")
+    return common.pop()
+
+
+def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str) -> dict:
+    decoded = [tensormap.decode(r) for r in raw]
+    for d in decoded:
+        if d["unknown_bits"] or d["l2_promotion"] == "unknown":
+            raise ContractError(f"{where}: descriptor bits this runtime cannot encode: {d['unknown_bits']}")
+    operand = _unique([_match(d["global_address"], OPERANDS, p) for d, p in zip(decoded, probes)], where)
+    dtype = str({"a": spec.a_dtype, "b": spec.b_dtype, "d": spec.d_dtype}[operand])
+    elem = tensormap.element_bytes(dtype)
+    if decoded[0]["dtype"] != dtype:
+        raise ContractError(f"{where}: descriptor dtype {decoded[0]['dtype']} for a {dtype} operand {operand}")
+    rank = decoded[0]["rank"]
+    dims = [
+        _unique([_match(d["dims"][i], EXTENTS, p) for d, p in zip(decoded, probes)], f"{where} dim {i}")
+        for i in range(rank)
+    ]
+    strides = [
+        _unique(
+            [_match(d["strides_bytes"][i], STRIDES, p, elem) for d, p in zip(decoded, probes)],
+            f"{where} stride {i + 1}",
+        )
+        for i in range(rank - 1)
+    ]
+    constant = {}
+    for key in ("box", "element_strides", "swizzle", "interleave", "l2_promotion", "oob_fill"):
+        values = {repr(d[key]) for d in decoded}
+        if len(values) != 1:
+            raise ContractError(f"{where}: {key} differs between probes ({values})")
+        constant[key] = decoded[0][key]
+    recipe = {
+        "operand": operand,
+        "dtype": dtype,
+        "rank": rank,
+        "dims": dims,
+        "strides": strides,
+        "box": list(constant["box"]),
+        "element_strides": list(constant["element_strides"]),
+        "swizzle": constant["swizzle"],
+        "interleave": constant["interleave"],
+        "l2_promotion": constant["l2_promotion"],
+        "oob_fill": constant["oob_fill"],
+    }
+    for r, p in zip(raw, probes):
+        again = encode_recipe(recipe, p.values)
+        if again[: tensormap.MEANINGFUL_BYTES] != r[: tensormap.MEANINGFUL_BYTES]:
+            raise ContractError(f"{where}: re-encoding the captured recipe does not reproduce the DSL's bytes")
+    return {"kind": "tensormap", "operand": operand, "tensormap": recipe}
+
+
+def encode_recipe(recipe: dict, values: dict[str, int]) -> bytes:
+    """A descriptor from a manifest recipe and named problem values (the runtime does the same)."""
+    elem = tensormap.element_bytes(recipe["dtype"])
+    return tensormap.encode_tiled(
+        recipe["dtype"],
+        values[recipe["operand"]],
+        tuple(values[n] for n in recipe["dims"]),
+        tuple(values[n] * elem for n in recipe["strides"]),
+        tuple(recipe["box"]),
+        tuple(recipe["element_strides"]),
+        recipe["swizzle"],
+        recipe["interleave"],
+        recipe["l2_promotion"],
+        recipe["oob_fill"],
+    )
+
+
+def _int32_param(raw: list[bytes], probes, where: str) -> dict:
+    count = len(raw[0]) // 4
+    ints = [struct.unpack(f"<{count}i", r) for r in raw]
+    if count == 1:
+        names = SCALAR_ARGS + EXTENTS
+        name = _unique([_match(v[0], names, p) for v, p in zip(ints, probes)], where)
+        if name in EXTENTS:
+            return {"kind": "shape", "operand": "problem", "dims": [name]}
+        return {"kind": "i32", "name": name}
+    dims = [
+        _unique([_match(v[i], EXTENTS, p) for v, p in zip(ints, probes)], f"{where} slot {i}")
+        for i in range(count)
+    ]
+    operand = next(
+        (op for op in OPERANDS if set(dims) == {*operand_rows_cols(op), "l"}), "problem"
+    )
+    return {"kind": "shape", "operand": operand, "dims": dims}
+
+
+def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo, workdir: Path) -> dict:
+    """The manifest record of one compiled instance (everything but the cubin file name)."""
+    name = spec.name()
+    kernel = info.kernel
+    oracle = build_oracle(compiled.host_object, workdir, header_path=compiled.host_header, kernel=kernel)
+    if compiled.cubin not in fatbin_cubins(oracle.load_record.code_image):
+        raise ContractError(f"{name}: the host object embeds a different cubin than the DSL returned")
+    params = sorted(kernel.params, key=lambda p: p.ordinal)
+    oracle.set_arg_sizes([p.size for p in params])
+    probes = make_probes(spec)
+    launches = [oracle.call(_host_args(spec, p)) for p in probes]
+
+    records = []
+    for i, p in enumerate(params):
+        where = f"{name}: kernel parameter {p.ordinal} ({p.size} B at offset {p.offset})"
+        raw = [launch.args[i] for launch in launches]
+        if p.size == tensormap.DESCRIPTOR_BYTES:
+            rec = _tensormap_param(spec, raw, probes, where)
+        elif p.size % 4 == 0 and p.size <= 16:
+            rec = _int32_param(raw, probes, where)
+        elif p.size == 1:
+            rec = {"kind": "opaque"}  # an empty struct: compile-time data only
+        else:
+            raise ContractError(f"{where}: no known meaning for a parameter of this size")
+        rec.update(offset=p.offset, size=p.size)
+        records.append(rec)
+
+    cm, cn = spec.cluster
+    tile_m, tile_n, _ = spec.tile
+    for launch, p in zip(launches, probes):
+        _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], tile_m, tile_n, cm, cn)
+        want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)
+        if launch.grid != want:
+            raise ContractError(f"{name}: the DSL launched grid {launch.grid}, the grid rule gives {want}")
+        if launch.attributes.get("cluster_dimension") != (cm, cn, 1):
+            raise ContractError(f"{name}: launch cluster {launch.attributes.get('cluster_dimension')}")
+        if launch.attributes.get("programmatic_stream_serialization", 0):
+            raise ContractError(f"{name}: the DSL launch asks for programmatic stream serialization")
+    if launches[0].smem_bytes != launches[1].smem_bytes or launches[0].block != launches[1].block:
+        raise ContractError(f"{name}: shared memory or block size depends on the problem")
+
+    return {
+        "spec": spec.to_json(),
+        "sha256": hashlib.sha256(compiled.cubin).hexdigest(),
+        "cubin_bytes": len(compiled.cubin),
+        "symbol": kernel.name,
+        "block": list(launches[0].block),
+        "cluster": [cm, cn, 1],
+        "smem_bytes": launches[0].smem_bytes,
+        "grid": {"kind": "persistent_clusters", "tile_m": tile_m, "tile_n": tile_n, "cluster": [cm, cn]},
+        "params": records,
+        "param_bytes": max(p.offset + p.size for p in params),
+        "alignment_bytes": {op: TMA_ALIGN_BYTES for op in OPERANDS},
+        "min_driver_version": info.min_driver_version,
+        "stats": {
+            "registers": kernel.registers,
+            "local_bytes": kernel_local_bytes(kernel),
+            "static_smem_bytes": kernel.static_smem_bytes,
+        },
+    }
+
+
+def kernel_local_bytes(kernel) -> int:
+    """Per-thread local memory (stack frame): spills and dynamically indexed arrays end up here."""
+    return max(kernel.frame_size or 0, kernel.local_bytes or 0)

@@ -1,0 +1,145 @@
+"""The one thin adapter between hgemm-sm90 and the CuTe DSL (STYLE anti-pattern 5: no monkeypatching).
+
+Everything that touches `cutlass` at build time goes through here: environment set-up for CPU
+cross-compilation, dtype mapping, the fake (symbolic) tensors a compile is traced with, and the artifacts a
+compile produces. The DSL is imported lazily so that spec expansion, `regen --list` and the tests that do
+not compile never pay its ~2 s import.
+
+Measured facts this relies on (DESIGN.md, re-checked with nvidia-cutlass-dsl 4.8.1 on 2026-11-29):
+- `CUTE_DSL_ARCH=sm_90a` cross-compiles on a CPU-only machine with fake tensors and a fake stream.
+- With `CUTE_DSL_KEEP=cubin` set before `import cutlass`, `compiled.__cubin__` holds the cubin bytes.
+- `compiled.export_to_c(dir, name, prefix)` writes the host code as `<name>.o` + `<name>.h`; the tests run
+  that object against a stub CUDA runtime as the oracle for the runtime's argument packing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .spec import DType, GemmSpec
+
+# The host entry's signature, in order, after the three tensors. Kept here (not only in the kernel) because
+# the contract capture names every launch argument.
+SCALAR_ARGS = ("raster_along_m", "group_size", "max_active_clusters")
+
+
+def configure_environment(dump_dir: str | os.PathLike) -> None:
+    """Set the DSL's environment for an sm_90a cross-compile. Must run before `import cutlass`."""
+    os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+    os.environ["CUTE_DSL_KEEP"] = "cubin"
+    os.environ["CUTE_DSL_DUMP_DIR"] = str(dump_dir)
+    # No on-disk JIT cache: the build has its own content-addressed cache (codegen/cache.py).
+    os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
+
+
+def cutlass_dtype(dtype: DType):
+    import cutlass
+
+    return {
+        DType.bf16: cutlass.BFloat16,
+        DType.fp16: cutlass.Float16,
+        DType.fp32: cutlass.Float32,
+        DType.e4m3: cutlass.Float8E4M3FN,
+        DType.e5m2: cutlass.Float8E5M2,
+    }[dtype]
+
+
+def dsl_versions() -> dict[str, str]:
+    """Exact versions of every distribution that shapes the cubins (STYLE P8)."""
+    from importlib import metadata
+
+    names = sorted(
+        {
+            d.metadata["Name"].lower()
+            for d in metadata.distributions()
+            if d.metadata["Name"]
+            and d.metadata["Name"].lower().startswith(("nvidia-cutlass-dsl", "cuda-python", "cuda-bindings"))
+        }
+    )
+    return {n: metadata.version(n) for n in names}
+
+
+def kernel_config(spec: GemmSpec):
+    """The compile-time kernel configuration of one spec."""
+    from .kernels.gemm_sm90 import KernelConfig
+    from .validity import epilogue_tile, smem_plan
+
+    ab_stages, epi_stages = smem_plan(spec)
+    return KernelConfig(
+        a_dtype=cutlass_dtype(spec.a_dtype),
+        b_dtype=cutlass_dtype(spec.b_dtype),
+        d_dtype=cutlass_dtype(spec.d_dtype),
+        acc_dtype=cutlass_dtype(spec.acc_dtype),
+        tile_mnk=tuple(spec.tile),
+        cluster_mn=tuple(spec.cluster),
+        ab_stages=ab_stages,
+        epi_stages=epi_stages,
+        epi_tile=epilogue_tile(spec),
+    )
+
+
+def _fake_operands(spec: GemmSpec):
+    """Symbolic tensors describing the runtime's view of A, B, D: extents are int32 (the runtime rejects
+    larger), strides int64 with the 16-byte divisibility TMA requires (the runtime checks it before launch:
+    SymInt divisibility is a hard contract to the compiler)."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    m, n, k, l = (cute.sym_int32(symbol=s) for s in "MNKL")
+
+    def operand(dtype: DType, rows, cols, major_is_rows: bool, name: str):
+        align = 16 * 8 // dtype.bits
+        ld = cute.sym_int64(divisibility=align, symbol=f"ld{name}")
+        batch = cute.sym_int64(divisibility=align, symbol=f"batch_stride_{name}")
+        stride = (1, ld, batch) if major_is_rows else (ld, 1, batch)
+        return make_fake_tensor(cutlass_dtype(dtype), (rows, cols, l), stride, assumed_align=16)
+
+    a = operand(spec.a_dtype, m, k, spec.a_major == "m", "a")
+    b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b")
+    d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d")
+    return a, b, d
+
+
+@dataclass(frozen=True)
+class CompiledInstance:
+    """What one DSL compile leaves behind."""
+
+    cubin: bytes
+    host_object: Path  # exported host code (`.o`), for the oracle
+    host_header: Path
+    function_name: str  # the DSL's host function name (the exported C symbol derives from it)
+    prefix: str  # export prefix used for every exported symbol
+    compile_seconds: float
+
+
+def compile_instance(spec: GemmSpec, out_dir: Path) -> CompiledInstance:
+    """Trace and compile one instance for sm_90a on this (CPU-only) machine."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream
+
+    from .kernels.gemm_sm90 import HopperGemm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gemm = HopperGemm(kernel_config(spec))
+    a, b, d = _fake_operands(spec)
+    scalars = [cutlass.Int32(1) for _ in SCALAR_ARGS]
+    t0 = time.perf_counter()
+    compiled = cute.compile(gemm, a, b, d, *scalars, make_fake_stream())
+    seconds = time.perf_counter() - t0
+    cubin = compiled.__cubin__
+    if not cubin:
+        raise RuntimeError(f"{spec.name()}: the DSL produced no cubin (is CUTE_DSL_KEEP=cubin set?)")
+    prefix = "hgemm"
+    compiled.export_to_c(file_path=str(out_dir), file_name="host", function_prefix=prefix)
+    return CompiledInstance(
+        cubin=bytes(cubin),
+        host_object=out_dir / "host.o",
+        host_header=out_dir / "host.h",
+        function_name=compiled.function_name,
+        prefix=prefix,
+        compile_seconds=seconds,
+    )

@@ -1,0 +1,50 @@
+"""Shared fixtures: the `ci` profile compiled once per session with the real DSL (the CPU build tier).
+
+The build goes through the same content-addressed cache as `python -m codegen.build` (HGEMM_BUILD_CACHE,
+default under the repository's .cache/), so a second test session, or the wheel build in the e2e test,
+reuses the compiled instances instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def have_compiler_tier() -> str | None:
+    """None if the CPU build tier can run here, else why not."""
+    if importlib.util.find_spec("cutlass") is None:
+        return "the CuTe DSL (nvidia-cutlass-dsl) is not installed"
+    if shutil.which("cc") is None:
+        return "no C compiler (cc) for the DSL host-code oracle"
+    return None
+
+
+def build_cache_dir() -> Path:
+    return Path(os.environ.get("HGEMM_BUILD_CACHE", REPO / ".cache" / "build"))
+
+
+@pytest.fixture(scope="session")
+def ci_build(tmp_path_factory):
+    """(specs, {id: CacheEntry}, kernel dir with manifest.json) for the `ci` profile."""
+    why = have_compiler_tier()
+    if why:
+        pytest.skip(why)
+    from codegen.build import build_entries, write_kernel_dir
+    from codegen.cache import BuildCache
+    from codegen.matrix import load_matrix
+
+    specs = load_matrix(REPO / "kernel_specs.yaml").expand("ci").specs
+    entries = build_entries(specs, cache=BuildCache(build_cache_dir()), jobs=os.cpu_count() or 1, progress=False)
+    out = tmp_path_factory.mktemp("kernels")
+    write_kernel_dir(entries, out, "ci")
+    return specs, entries, out

@@ -1,0 +1,121 @@
+"""The runtime's launch arguments, byte for byte against the DSL's own host code, for the `ci` profile.
+
+For each `ci` instance and 50 random problems (extents, padded leading dimensions and batch strides,
+pointers, raster order, group size, number of resident clusters), the DSL host code is run on the CPU
+against the stub CUDA runtime (codegen/oracle.py) and its launch is compared with what `hgemm_sm90`
+builds from the manifest alone: every parameter's bytes (TMA descriptors: their 64 meaningful bytes; the
+DSL leaves the rest uninitialized), the grid (manifest grid rule), block, cluster and shared memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+
+import pytest
+
+from codegen.contract import OPERANDS, operand_rows_cols
+from codegen.dsl import SCALAR_ARGS
+from codegen.oracle import build_oracle, tensor_struct
+from runtime import manifest as manifest_mod
+from runtime import problem, scheduling, tensormap
+from runtime.args import ParamPacker
+
+pytestmark = pytest.mark.compiler
+CASES = 50
+
+
+def _random_problem(rng: random.Random, rec) -> dict:
+    ops = problem.layouts(rec.spec)
+    m, n, k = (rng.choice([rng.randint(1, 64), rng.randint(1, 5000)]) for _ in range(3))
+    batch = rng.choice([1, 1, 2, 3, 7])
+    lds, batch_strides, ptrs = [], [], []
+    extents = {"m": m, "n": n, "k": k}
+    for op in ops:
+        align = 16 // op.elem
+        contiguous = -(-extents[op.contiguous] // align) * align  # round up to 16 bytes
+        ld = contiguous + align * rng.choice([0, 0, 1, rng.randint(0, 100)])
+        packed_ok = ld == extents[op.contiguous]  # None (packed) is only valid for an aligned extent
+        lds.append(None if packed_ok and rng.random() < 0.5 else ld)
+        packed = extents[op.other] * ld
+        batch_strides.append(rng.choice([None, packed + align * rng.randint(0, 1000)]))
+        ptrs.append(rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 16 * 16)
+    return dict(
+        ptrs=tuple(ptrs), m=m, n=n, k=k, batch=batch, lds=tuple(lds), batch_strides=tuple(batch_strides),
+        raster_along_m=rng.randint(0, 1), group_size=rng.randint(1, 16), max_active_clusters=rng.randint(1, 200),
+    )
+
+
+@pytest.fixture(scope="module")
+def kernels(ci_build, tmp_path_factory):
+    specs, entries, out = ci_build
+    man = manifest_mod.load(str(out / "manifest.json"))
+    result = []
+    for spec in specs:
+        entry = entries[spec.name()]
+        rec = man.record(spec.name())
+        from codegen.cubin_info import parse_cubin
+
+        kinfo = parse_cubin(entry.cubin.read_bytes()).kernel
+        oracle = build_oracle(
+            entry.host_object, tmp_path_factory.mktemp(spec.name()[:40]), header_path=entry.host_header, kernel=kinfo
+        )
+        oracle.set_arg_sizes([p.size for p in sorted(kinfo.params, key=lambda p: p.ordinal)])
+        result.append((spec, rec, oracle))
+    return result
+
+
+def test_ci_profile_has_every_kernel_parameter_explained(kernels):
+    for spec, rec, _ in kernels:
+        kinds = [p.kind for p in rec.params]
+        assert kinds.count("tensormap") == 3, (spec.name(), kinds)
+        assert {p.name for p in rec.params if p.kind == "i32"} == {"raster_along_m", "group_size"}
+
+
+@pytest.mark.parametrize("case_seed", [0])
+def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
+    for spec, rec, oracle in kernels:
+        rng = random.Random(f"{spec.name()}-{case_seed}")
+        packer = ParamPacker(rec)
+        ops = problem.layouts(rec.spec)
+        for case in range(CASES):
+            pr = _random_problem(rng, rec)
+            values = problem.resolve(
+                rec.id, ops, pr["ptrs"], pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"]
+            )
+            values["raster_along_m"], values["group_size"] = pr["raster_along_m"], pr["group_size"]
+            # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
+            args = []
+            for op in OPERANDS:
+                rows, cols = operand_rows_cols(op)
+                args.append(
+                    tensor_struct(
+                        values[op],
+                        (values[rows], values[cols], values["l"]),
+                        (values[f"ld{op}"], values[f"batch_stride_{op}"]),
+                    )
+                )
+            scalar = {**values, "max_active_clusters": pr["max_active_clusters"]}
+            args += [ctypes.c_int32(scalar[name]) for name in SCALAR_ARGS]
+            args.append(ctypes.c_void_p(0xABC0))
+            want = oracle.call(args)
+
+            ours = packer.pack(values)
+            where = f"{spec.name()} case {case}: {pr}"
+            assert len(want.args) == len(rec.params), where
+            for p, theirs in zip(rec.params, want.args):
+                mine = bytes(ours[p.offset : p.offset + p.size])
+                if p.kind == "tensormap":
+                    n = tensormap.MEANINGFUL_BYTES
+                    assert mine[:n] == theirs[:n], f"{where}: descriptor {p.operand} differs:\n" \
+                        f"ours   {tensormap.decode(mine)}\ntheirs {tensormap.decode(theirs)}"
+                elif p.kind != "opaque":
+                    assert mine == theirs, f"{where}: parameter {p.index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
+            _, _, total = scheduling.cluster_tiles(
+                values["m"], values["n"], values["l"], rec.grid["tile_m"], rec.grid["tile_n"], *rec.cluster[:2]
+            )
+            grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
+            assert want.grid == grid, where
+            assert want.block == rec.block, where
+            assert want.smem_bytes == rec.smem_bytes, where
+            assert want.attributes["cluster_dimension"] == rec.cluster, where
