@@ -21,6 +21,9 @@ from .errors import (
 )
 
 __all__ = [
+    "Instance",
+    "instances",
+    "launch",
     "CorruptArtifactError",
     "CudaDriverError",
     "DeviceMismatchError",
@@ -33,3 +36,18 @@ __all__ = [
     "UnknownInstanceError",
     "UnsupportedDeviceError",
 ]
+
+
+_API = ("Instance", "instances", "launch")
+
+
+def __getattr__(name):
+    # The launch API is imported on first use, so `import hgemm_sm90` stays a sub-millisecond import that
+    # needs no GPU, driver or cuda-bindings.
+    if name in _API:
+        from . import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hgemm_sm90' has no attribute {name!r}")
