@@ -1,0 +1,119 @@
+"""End to end on the CPU: build the wheel (the `ci` profile), install it in a clean venv, import it.
+
+What the wheel must be (DESIGN.md "Hard rules"): cubins + Python + JSON only (no host binaries), one
+`py3-none-any` wheel, a single top-level import package `hgemm_sm90`, installable and importable on a
+machine with no GPU, no DSL and no compiler. The launch path must then fail with a typed error that names
+the fix, not with an ImportError from deep inside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, build_cache_dir, have_compiler_tier
+
+pytestmark = pytest.mark.compiler
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    why = have_compiler_tier()
+    if why:
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("wheel")
+    env = {**os.environ, "HGEMM_PROFILE": "ci", "HGEMM_BUILD_CACHE": str(build_cache_dir())}
+    # --no-build-isolation: this environment already has the build requirements (requirements-test.txt),
+    # and the shared build cache makes the compile a cache hit after the oracle tests.
+    cmd = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-w", str(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    (whl,) = out.glob("hgemm_sm90-*.whl")
+    return whl
+
+
+def test_wheel_holds_only_cubins_python_and_json(wheel):
+    assert wheel.name.endswith("-py3-none-any.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"hgemm_sm90", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+    payload = [n for n in names if not n.endswith("/") and ".dist-info/" not in n]
+    assert all(n.endswith((".py", ".cubin", "manifest.json")) for n in payload), payload
+    cubins = [n for n in payload if n.endswith(".cubin")]
+    manifest = json.loads(zipfile.ZipFile(wheel).read("hgemm_sm90/kernels/manifest.json"))
+    assert manifest["profile"] == "ci"
+    assert sorted(f"hgemm_sm90/kernels/{r['cubin']}" for r in manifest["instances"].values()) == sorted(cubins)
+    for n in cubins:  # sm_90a ELF images, nothing else
+        assert zipfile.ZipFile(wheel).read(n)[:4] == b"\x7fELF"
+
+
+@pytest.fixture(scope="module")
+def clean_venv(wheel, tmp_path_factory) -> Path:
+    """A venv with the wheel and nothing else: no DSL, no cuda-bindings, no torch."""
+    root = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(with_pip=True).create(root)
+    py = root / "bin" / "python"
+    done = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return py
+
+
+def _run(py: Path, code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HGEMM_KERNEL_DIR")}
+    return subprocess.run([str(py), "-c", code], capture_output=True, text=True, env=env, cwd="/")
+
+
+def test_installed_wheel_imports_and_lists_instances_without_gpu_dsl_or_driver(clean_venv):
+    done = _run(
+        clean_venv,
+        "import sys, importlib.util, hgemm_sm90 as h\n"
+        "assert importlib.util.find_spec('cutlass') is None, 'the DSL leaked into the clean venv'\n"
+        "ids = [i.id for i in h.instances()]\n"
+        "assert len(ids) == 4, ids\n"
+        "i = h.instances()[0]\n"
+        "assert i.tile[2] > 0 and i.cluster and i.schedule == 'cooperative', i\n"
+        "bad = {'cutlass', 'codegen', 'jinja2', 'yaml', 'torch'} & {m.split('.')[0] for m in sys.modules}\n"
+        "assert not bad, bad\n"
+        "print(len(ids))\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"
+
+
+def test_launch_without_driver_bindings_raises_a_typed_error_naming_the_fix(clean_venv):
+    done = _run(
+        clean_venv,
+        "import hgemm_sm90 as h\n"
+        "iid = h.instances()[0].id\n"
+        "try:\n"
+        "    h.launch(iid, (256, 512, 768), 0, m=128, n=128, k=64)\n"
+        "except h.HgemmError as e:\n"
+        "    print(type(e).__name__, '|', e)\n",
+    )
+    assert done.returncode == 0, done.stderr
+    kind, message = done.stdout.split("|", 1)
+    assert kind.strip() == "MissingDependencyError", done.stdout
+    assert "cuda-bindings" in message and "Fix:" in message
+
+
+def test_unknown_instance_suggests_close_ids(clean_venv):
+    done = _run(
+        clean_venv,
+        "import hgemm_sm90 as h\n"
+        "iid = h.instances()[0].id\n"
+        "try:\n"
+        "    h.launch(iid.replace('c1x', 'c9x').replace('c2x', 'c9x'), (256, 512, 768), 0, m=1, n=1, k=8)\n"
+        "except h.UnknownInstanceError as e:\n"
+        "    print(e.suggestions[0] == iid)\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
