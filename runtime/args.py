@@ -42,6 +42,11 @@ class ParamPacker:
         self._descs = tuple(descs)
         self._ints = tuple(ints)
 
+    def address_offsets(self) -> tuple[int, ...]:
+        """Offsets of the descriptors' 8-byte address words, in operand order a, b, d."""
+        by_operand = {operand: offset for _, offset, _, operand, _, _, _ in self._descs}
+        return tuple(by_operand[op] for op in ("a", "b", "d"))
+
     def names(self) -> set[str]:
         """Every problem value `pack` reads."""
         out = set()

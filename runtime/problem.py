@@ -19,6 +19,7 @@ from .errors import InvalidArgumentError
 
 INT32_MAX = 2**31 - 1
 TMA_ALIGN = 16
+MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}
 # (row extent, column extent) per operand
 _EXTENTS = {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n")}
@@ -69,31 +70,40 @@ def _stride(name: str, v, instance: str) -> int:
     return v
 
 
-def resolve(instance: str, ops: tuple[OperandLayout, ...], ptrs, m, n, k, batch, lds, batch_strides) -> dict:
-    """Named problem values for `ParamPacker.pack` (+ the grid rule), validated. Raises before launch."""
-    values = {"m": _size("m", m, instance), "n": _size("n", n, instance), "k": _size("k", k, instance)}
-    values["l"] = _size("batch", batch, instance)
+def pointers(instance: str, ptrs) -> tuple[int, int, int]:
+    """(a, b, d) as ints, each non-null, 16-byte aligned and inside TMA's 57-bit address range."""
     if not isinstance(ptrs, (tuple, list)) or len(ptrs) != 3:
         raise InvalidArgumentError(
             f"ptrs={ptrs!r} is not a sequence of three device pointers",
             "pass ptrs=(a, b, d) as ints, e.g. (a.data_ptr(), b.data_ptr(), d.data_ptr())",
             instance,
         )
-    for op, ptr, ld, bs in zip(ops, ptrs, lds, batch_strides):
-        name = op.name
+    out = []
+    for name, ptr in zip("abd", ptrs):
         if type(ptr) is not int:
             if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
                 raise InvalidArgumentError(
                     f"pointer {name}={ptr!r} is not an int", "pass device pointers as ints", instance
                 )
             ptr = ptr.__index__()
-        if ptr <= 0 or ptr % TMA_ALIGN:
+        if not 0 < ptr < MAX_ADDRESS or ptr % TMA_ALIGN:
             raise InvalidArgumentError(
-                f"pointer {name}=0x{ptr:x} is not {TMA_ALIGN}-byte aligned" if ptr > 0 else f"pointer {name} is null",
+                f"pointer {name}=0x{ptr:x} is not a {TMA_ALIGN}-byte aligned device address"
+                if ptr
+                else f"pointer {name} is null",
                 f"pass a {TMA_ALIGN}-byte aligned device allocation (a view starting mid-row is not)",
                 instance,
             )
-        values[name] = ptr
+        out.append(ptr)
+    return out[0], out[1], out[2]
+
+
+def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, batch_strides) -> dict:
+    """Named extents and strides for `ParamPacker.pack` (+ the grid rule), validated; no pointers."""
+    values = {"m": _size("m", m, instance), "n": _size("n", n, instance), "k": _size("k", k, instance)}
+    values["l"] = _size("batch", batch, instance)
+    for op, ld, bs in zip(ops, lds, batch_strides):
+        name = op.name
         contiguous = values[op.contiguous]
         ld_name = f"ld{name}"
         ld = contiguous if ld is None else _size(ld_name, ld, instance)

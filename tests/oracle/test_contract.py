@@ -81,8 +81,9 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
         for case in range(CASES):
             pr = _random_problem(rng, rec)
             values = problem.resolve(
-                rec.id, ops, pr["ptrs"], pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"]
+                rec.id, ops, pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"]
             )
+            values.update(zip("abd", problem.pointers(rec.id, pr["ptrs"])))
             values["raster_along_m"], values["group_size"] = pr["raster_along_m"], pr["group_size"]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
             args = []
