@@ -208,8 +208,9 @@ def _print_manifest_record(instance_id: str, manifest: Path | None, manifest_giv
             print(f"error: no manifest at {manifest}", file=sys.stderr)
             return 1
         print(
-            f"launch contract: no built manifest at {DEFAULT_MANIFEST}; build the kernels (the codegen "
-            "compile step writes build/kernels/manifest.json) or pass --manifest PATH"
+            f"launch contract: no built manifest at {DEFAULT_MANIFEST}; build it with "
+            f"`python -m codegen.build --kernels {instance_id}` (any profile that ships the instance) or "
+            "pass --manifest PATH"
         )
         return 0
     try:

@@ -57,7 +57,13 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
     from .contract import capture_contract
     from .cubin_info import parse_cubin
     from .dsl import compile_instance
+    from .validity import why_unsupported
 
+    # The matrix expansion already drops these; a direct caller must not get a silently wrong cubin (the
+    # DSL happily traces some shapes this kernel does not handle, e.g. a 96-row tile).
+    reason = why_unsupported(spec)
+    if reason is not None:
+        raise BuildError(f"{spec.name()} is not supported by this kernel: {reason}")
     with tempfile.TemporaryDirectory(prefix="hgemm-build-") as tmp:
         compiled = compile_instance(spec, Path(tmp) / "export")
         info = parse_cubin(compiled.cubin)
@@ -74,12 +80,14 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
 
 def _worker_job(spec_json: dict, cache_root: str, stamp: dict) -> tuple[str, str | None, str | None]:
     """(instance id, cache entry path or None, error text or None). Never raises across the pool."""
-    spec = GemmSpec.from_json(spec_json)
+    name = str(spec_json)
     try:
+        spec = GemmSpec.from_json(spec_json)
+        name = spec.name()
         entry = compile_and_capture(spec, BuildCache(Path(cache_root)), stamp)
-        return spec.name(), str(entry.path), None
+        return name, str(entry.path), None
     except Exception as exc:  # reported with the instance id by the parent
-        return spec.name(), None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        return name, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
 # ----------------------------------------------------------------------------- parent side
