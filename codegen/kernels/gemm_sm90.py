@@ -1,23 +1,32 @@
-"""hgemm-sm90's Hopper GEMM kernel, written in the CuTe DSL: D[m, n, l] = sum_k A[m, k, l] * B[n, k, l].
+"""hgemm-sm90's Hopper GEMM kernel, written in the CuTe DSL:
+
+    D[m, n, l] = alpha * sum_k A[m, k, l] * B[n, k, l]  (+ beta * C[m, n, l] for instances that read C)
 
 Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
-- Consumer warpgroups 0..W-1 (W = 1 for 64-row tiles, 2 otherwise; "cooperative": they split one tile
-  along M) issue WGMMA from shared memory into fp32 register accumulators, then run the epilogue:
-  registers -> (converted to D's dtype) -> shared memory (stmatrix for 16-bit D) -> TMA store.
 - The last warpgroup is the producer; its first warp issues TMA loads of A and B k-tiles into a
   multi-stage shared-memory ring guarded by mbarriers (full: TMA transaction bytes landed; empty: every
   consumer warp of every CTA that shares the stage released it). In a cluster, CTAs in the same cluster row
   share A tiles and CTAs in the same column share B tiles: each loads a slice and multicasts it.
+- Consumer warpgroups issue WGMMA from shared memory into fp32 register accumulators, then run the
+  epilogue: registers -> alpha * acc (+ beta * C, C staged by TMA into shared memory ahead of use) ->
+  D's dtype -> shared memory (stmatrix for 16-bit D) -> TMA store. Two schedules:
+  * cooperative: all consumer warpgroups split one tile along M (one for 64-row tiles, else two);
+  * ping-pong: two consumer warpgroups own alternate tiles; named barriers order their mainloops and
+    their epilogues, so one warpgroup's epilogue overlaps the other's mainloop.
+- fp8 inputs either accumulate in the WGMMA accumulator for the whole K loop ("fast accumulation") or
+  promote it into a second fp32 accumulator after every k-tile ("slow accumulation": the tensor cores'
+  fp8 accumulation keeps fewer mantissa bits, so long K loses accuracy without it).
 - `setmaxnreg` moves registers from the producer warpgroup to the consumers.
 - Persistent: a grid of at most `max_active_clusters` clusters walks all output tiles (tile_scheduler.py).
+- Programmatic dependent launch: the producer waits for the previous grid (griddepcontrol.wait) before
+  its first load; consumers signal dependents when done. Both are no-ops unless the launch opts in.
 
-Partial tiles are handled by TMA itself: loads outside the tensor are zero-filled (so a partial last k-tile
-adds zeros) and stores outside D are dropped. Hence M, N, K need no tile multiple; only the 16-byte TMA
-alignment of base pointers, leading dimensions and batch strides remains (checked by the runtime).
+Partial tiles are handled by TMA itself: loads outside a tensor are zero-filled (a partial last k-tile adds
+zeros) and stores outside D are dropped. So M, N, K need no tile multiple; only TMA's 16-byte alignment of
+base pointers, leading dimensions and batch strides remains (checked by the runtime).
 
-The host entry (`__call__`) takes only tensors, int32 scalars and a stream, so its launch is easy to
-reproduce from the manifest (DESIGN.md fact 2, docs/CONTRACT.md). Tile shape, cluster shape, dtypes,
-majorness and stage counts are compile-time (one cubin per instance).
+The host entries take only tensors, scalars and a stream, so their launch is easy to reproduce from the
+manifest (DESIGN.md fact 2, docs/CONTRACT.md). Everything else is compile-time (one cubin per instance).
 """
 
 from dataclasses import dataclass
@@ -28,7 +37,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Int32
+from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
@@ -39,8 +48,11 @@ THREADS_PER_WARPGROUP = 128
 # 40 * 128 + 232 * 256 = 64512 <= 65536 registers per SM for two consumer warpgroups.
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
-# Named barrier 0 is __syncthreads; 1 orders the consumer warpgroups' epilogue.
-EPILOGUE_BARRIER_ID = 1
+# Named barriers (0 is __syncthreads): the epilogue of each consumer warpgroup set, then the ping-pong
+# hand-offs: "warpgroup w may start its mainloop / its epilogue".
+EPILOGUE_BARRIER = 1  # + warpgroup index under ping-pong
+MMA_TURN_BARRIER = 3  # + warpgroup index
+EPI_TURN_BARRIER = 5  # + warpgroup index
 
 
 @dataclass(frozen=True)
@@ -54,12 +66,19 @@ class KernelConfig:
     tile_mnk: tuple[int, int, int]
     cluster_mn: tuple[int, int]
     ab_stages: int
-    epi_stages: int
+    epi_stages: int  # D staging buffers
     epi_tile: tuple[int, int]
+    c_dtype: type | None = None  # the epilogue reads C (D = alpha * acc + beta * C) iff set
+    c_stages: int = 0  # C staging buffers (TMA loads ahead of the epilogue sub-tile that uses them)
+    pingpong: bool = False  # two consumer warpgroups alternate whole tiles (else: they split one tile)
+    fp8_slow_accum: bool = False  # fp8: promote the WGMMA accumulator into a second one every k-tile
 
     @property
     def consumer_warpgroups(self) -> int:
-        # 64-row tiles: one warpgroup owns the whole tile; larger tiles are split along M between two.
+        # Ping-pong: two warpgroups, each owning a whole tile. Cooperative: 64-row tiles have one warpgroup,
+        # larger tiles are split along M between two.
+        if self.pingpong:
+            return 2
         return 1 if self.tile_mnk[0] == 64 else 2
 
     @property
@@ -67,23 +86,32 @@ class KernelConfig:
         return THREADS_PER_WARPGROUP * (self.consumer_warpgroups + 1)
 
 
+def make_gemm(config: KernelConfig) -> "HopperGemm":
+    """The kernel object for a configuration: its host entry's signature depends on whether C is read."""
+    return (HopperGemmWithC if config.c_dtype is not None else HopperGemm)(config)
+
+
 class HopperGemm:
-    """A warp-specialized, persistent TMA + WGMMA GEMM for one compile-time configuration."""
+    """A warp-specialized, persistent TMA + WGMMA GEMM for one compile-time configuration: D = alpha*A@B^T."""
 
     def __init__(self, config: KernelConfig):
         self.cfg = config
         self.tile_mnk = config.tile_mnk
         self.cluster_mn = config.cluster_mn
         self.acc_dtype = config.acc_dtype
+        self.pingpong = config.pingpong
         self.num_consumer_wgs = config.consumer_warpgroups
-        self.atom_layout_mnk = (self.num_consumer_wgs, 1, 1)
-        self.num_consumer_threads = self.num_consumer_wgs * THREADS_PER_WARPGROUP
+        # WGMMA atoms per tile: ping-pong gives each warpgroup a whole tile, cooperative splits along M.
+        self.atom_layout_mnk = (1, 1, 1) if self.pingpong else (self.num_consumer_wgs, 1, 1)
+        # Threads that share one tile's mainloop and epilogue.
+        self.tile_threads = THREADS_PER_WARPGROUP * (1 if self.pingpong else self.num_consumer_wgs)
         self.threads_per_cta = config.threads
         self.producer_warp = self.num_consumer_wgs * 4  # first warp of the producer warpgroup
-        self.epi_store_warp = 0  # issues the epilogue's TMA stores
         self.ab_stages = config.ab_stages
         self.epi_stages = config.epi_stages
+        self.c_stages = config.c_stages
         self.epi_tile = config.epi_tile
+        self.fp8_slow_accum = config.fp8_slow_accum
         self.num_mcast_a = self.cluster_mn[1]  # A tiles are shared along a cluster row (same M)
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
@@ -95,22 +123,28 @@ class HopperGemm:
         mA: cute.Tensor,
         mB: cute.Tensor,
         mD: cute.Tensor,
+        alpha: Float32,
         raster_along_m: Int32,
         group_size: Int32,
         max_active_clusters: Int32,
         stream: cuda.CUstream,
     ):
-        """Build TMA descriptors, size the persistent grid and launch.
+        """mA: (M, K, L), mB: (N, K, L), mD: (M, N, L), each with one unit-stride mode."""
+        self._launch(mA, mB, mD, None, alpha, None, raster_along_m, group_size, max_active_clusters, stream)
 
-        mA: (M, K, L), mB: (N, K, L), mD: (M, N, L), each with one unit-stride mode. The grid is
-        `(cluster_m * P, cluster_n, 1)` with `P = min(cluster tiles, max_active_clusters)`.
+    def _launch(self, mA, mB, mD, mC, alpha, beta, raster_along_m, group_size, max_active_clusters, stream):
+        """Build TMA descriptors, size the persistent grid and launch (traced inside a host entry).
+
+        The grid is `(cluster_m * P, cluster_n, 1)` with `P = min(cluster tiles, max_active_clusters)`.
         """
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
         self.d_dtype = mD.element_type
+        self.c_dtype = mC.element_type if mC is not None else None
         self.a_layout = utils.LayoutEnum.from_tensor(mA)
         self.b_layout = utils.LayoutEnum.from_tensor(mB)
         self.d_layout = utils.LayoutEnum.from_tensor(mD)
+        self.c_layout = utils.LayoutEnum.from_tensor(mC) if mC is not None else None
 
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.a_dtype,
@@ -121,8 +155,18 @@ class HopperGemm:
             self.atom_layout_mnk,
             tiler_mn=(64, self.tile_mnk[1]),
         )
+        if cutlass.const_expr(self.tile_mnk[2] % cute.size(self.tiled_mma.shape_mnk, mode=[2]) != 0):
+            raise ValueError(f"tile K {self.tile_mnk[2]} is not a multiple of the MMA K")
         self.cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
-        a_smem_staged, b_smem_staged, epi_smem_staged = self._smem_layouts()
+        a_smem_staged, b_smem_staged = self._operand_smem_layouts()
+        epi_smem_staged = sm90_utils.make_smem_layout_epi(
+            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages
+        )
+        c_smem_staged = None
+        if cutlass.const_expr(mC is not None):
+            c_smem_staged = sm90_utils.make_smem_layout_epi(
+                self.c_dtype, self.c_layout, self.epi_tile, self.c_stages
+            )
 
         tma_atom_a, tma_tensor_a = self._make_load_tma(
             mA, a_smem_staged, (self.tile_mnk[0], self.tile_mnk[2]), self.num_mcast_a
@@ -136,6 +180,14 @@ class HopperGemm:
             cute.slice_(epi_smem_staged, (None, None, 0)),
             self.epi_tile,
         )
+        tma_atom_c, tma_tensor_c = None, None
+        if cutlass.const_expr(mC is not None):
+            tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(),
+                mC,
+                cute.slice_(c_smem_staged, (None, None, 0)),
+                self.epi_tile,
+            )
 
         # Persistent grid: one cluster per (cluster_m x cluster_n) block of output tiles, capped by how
         # many clusters fit on the device at once.
@@ -147,21 +199,46 @@ class HopperGemm:
         )
         num_clusters = cutlass.min(cluster_tiles, max_active_clusters)
 
-        @cute.struct
-        class SharedStorage:
-            ab_full_empty: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)],
-                self.buffer_align_bytes,
-            ]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)],
-                self.buffer_align_bytes,
-            ]
-            sD: cute.struct.Align[
-                cute.struct.MemRange[self.d_dtype, cute.cosize(epi_smem_staged)],
-                self.buffer_align_bytes,
-            ]
+        if cutlass.const_expr(mC is None):
+
+            @cute.struct
+            class SharedStorage:
+                ab_full_empty: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+                sA: cute.struct.Align[
+                    cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
+                sB: cute.struct.Align[
+                    cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
+                sD: cute.struct.Align[
+                    cute.struct.MemRange[self.d_dtype, cute.cosize(epi_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
+
+        else:
+
+            @cute.struct
+            class SharedStorage:
+                ab_full_empty: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+                c_full: cute.struct.MemRange[cutlass.Int64, self.c_stages]
+                sA: cute.struct.Align[
+                    cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
+                sB: cute.struct.Align[
+                    cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
+                sD: cute.struct.Align[
+                    cute.struct.MemRange[self.d_dtype, cute.cosize(epi_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
+                sC: cute.struct.Align[
+                    cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)],
+                    self.buffer_align_bytes,
+                ]
 
         self.shared_storage = SharedStorage
 
@@ -172,6 +249,10 @@ class HopperGemm:
             tma_tensor_b,
             tma_atom_d,
             tma_tensor_d,
+            tma_atom_c,
+            tma_tensor_c,
+            alpha,
+            beta,
             raster_along_m,
             group_size,
             self.tiled_mma,
@@ -179,6 +260,7 @@ class HopperGemm:
             a_smem_staged,
             b_smem_staged,
             epi_smem_staged,
+            c_smem_staged,
         ).launch(
             grid=(cm * num_clusters, cn, 1),
             block=[self.threads_per_cta, 1, 1],
@@ -187,8 +269,8 @@ class HopperGemm:
             stream=stream,
         )
 
-    def _smem_layouts(self):
-        """Swizzled shared-memory layouts: A/B stages for WGMMA, D stages for the epilogue."""
+    def _operand_smem_layouts(self):
+        """Swizzled shared-memory layouts of the A and B stages, for WGMMA (K- or MN-major)."""
         tile_m, tile_n, tile_k = self.tile_mnk
 
         def operand_layout(layout, dtype, mn_extent):
@@ -203,12 +285,10 @@ class HopperGemm:
                 order=(0, 1, 2) if is_k_major else (1, 0, 2),
             )
 
-        a_staged = operand_layout(self.a_layout, self.a_dtype, tile_m)
-        b_staged = operand_layout(self.b_layout, self.b_dtype, tile_n)
-        epi_staged = sm90_utils.make_smem_layout_epi(
-            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages
+        return (
+            operand_layout(self.a_layout, self.a_dtype, tile_m),
+            operand_layout(self.b_layout, self.b_dtype, tile_n),
         )
-        return a_staged, b_staged, epi_staged
 
     @staticmethod
     def _make_load_tma(tensor, smem_staged, smem_tile, num_mcast):
@@ -235,6 +315,10 @@ class HopperGemm:
         mB_nkl: cute.Tensor,
         tma_atom_d: cute.CopyAtom,
         mD_mnl: cute.Tensor,
+        tma_atom_c,
+        mC_mnl,
+        alpha: Float32,
+        beta,
         raster_along_m: Int32,
         group_size: Int32,
         tiled_mma: cute.TiledMma,
@@ -242,7 +326,9 @@ class HopperGemm:
         a_smem_staged: cute.ComposedLayout,
         b_smem_staged: cute.ComposedLayout,
         epi_smem_staged: cute.ComposedLayout,
+        c_smem_staged,
     ):
+        has_c = cutlass.const_expr(mC_mnl is not None)
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warp_group_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -252,6 +338,8 @@ class HopperGemm:
             cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
             cpasync.prefetch_descriptor(tma_atom_d)
+            if cutlass.const_expr(has_c):
+                cpasync.prefetch_descriptor(tma_atom_c)
 
         cta_rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster_coord_mnk = cta_layout_mnk.get_flat_coord(cta_rank_in_cluster)
@@ -265,25 +353,38 @@ class HopperGemm:
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
-        # Each consumer warp releases a stage to every CTA that multicast into it (its row and column).
+        # Each consumer warp releases a stage to every CTA that multicast into it (its row and column);
+        # under ping-pong a stage belongs to one warpgroup's tile.
         mcast_peers = self.num_mcast_a + self.num_mcast_b - 1
         ab_pipeline = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.ab_full_empty.data_ptr(),
             num_stages=self.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, mcast_peers * self.num_consumer_wgs * 4
+                pipeline.Agent.Thread, mcast_peers * (self.tile_threads // 32)
             ),
             tx_count=tma_copy_bytes,
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
             defer_sync=True,
         )
+        c_full = None
+        if cutlass.const_expr(has_c):
+            c_full = storage.c_full.data_ptr()
+            # One "C sub-tile landed" barrier per C buffer; the TMA's transaction bytes complete it.
+            if warp_idx == 0:
+                with cute.arch.elect_one():
+                    for s in cutlass.range_constexpr(self.c_stages):
+                        cute.arch.mbarrier_init(c_full + s, 1)
+            cute.arch.mbarrier_init_fence()
         # Barrier init must be visible cluster-wide before any peer multicasts into this CTA.
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sD = storage.sD.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
+        sC = None
+        if cutlass.const_expr(has_c):
+            sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
 
         # Global tiles: (bM, bK, tiles_m, tiles_k, L), (bN, bK, tiles_n, tiles_k, L), (bM, bN, tiles_m, tiles_n, L)
         gA_mkl = cute.local_tile(
@@ -295,6 +396,11 @@ class HopperGemm:
         gD_mnl = cute.local_tile(
             mD_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None)
         )
+        gC_mnl = None
+        if cutlass.const_expr(has_c):
+            gC_mnl = cute.local_tile(
+                mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None)
+            )
 
         # TMA partitions; with multicast each CTA of a cluster row/column loads its slice of the tile.
         tAsA, tAgA = cpasync.tma_partition(
@@ -328,6 +434,8 @@ class HopperGemm:
             cute.arch.setmaxregister_decrease(PRODUCER_REGISTERS)
 
         if warp_idx == self.producer_warp:
+            # Programmatic dependent launch: nothing of the previous grid may be read before it is done.
+            cute.arch.griddepcontrol_wait()
             a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=1)
             b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=0)
             a_mcast_mask = a_mcast_mask if self.num_mcast_a > 1 else 0
@@ -374,10 +482,16 @@ class HopperGemm:
                 ab_pipeline,
                 tiled_mma,
                 tma_atom_d,
+                tma_atom_c,
+                c_full,
+                alpha,
+                beta,
                 sA,
                 sB,
                 sD,
+                sC,
                 gD_mnl,
+                gC_mnl,
                 k_tile_cnt,
                 cluster_tiles,
                 clusters_m,
@@ -391,6 +505,8 @@ class HopperGemm:
                 warp_idx,
                 warp_group_idx,
             )
+            # Programmatic dependent launch: the next grid may start its prologue.
+            cute.arch.griddepcontrol_launch_dependents()
 
     @cute.jit
     def _consume(
@@ -398,10 +514,16 @@ class HopperGemm:
         ab_pipeline,
         tiled_mma: cute.TiledMma,
         tma_atom_d: cute.CopyAtom,
+        tma_atom_c,
+        c_full,
+        alpha: Float32,
+        beta,
         sA: cute.Tensor,
         sB: cute.Tensor,
         sD: cute.Tensor,
+        sC,
         gD_mnl: cute.Tensor,
+        gC_mnl,
         k_tile_cnt: Int32,
         cluster_tiles: Int32,
         clusters_m: Int32,
@@ -415,28 +537,33 @@ class HopperGemm:
         warp_idx: Int32,
         warp_group_idx: Int32,
     ):
-        """Consumer warpgroups: WGMMA mainloop over the k-tiles of each tile, then the TMA-store epilogue."""
+        """Consumer warpgroups: for each of their tiles, the WGMMA mainloop, then the epilogue."""
+        has_c = cutlass.const_expr(gC_mnl is not None)
         cm, cn = self.cluster_mn
-        thr_mma = tiled_mma.get_slice(tidx)
+        # The thread's index among the threads sharing a tile (one warpgroup under ping-pong).
+        tile_tidx = tidx % self.tile_threads
+        thr_mma = tiled_mma.get_slice(tile_tidx)
         tCsA = thr_mma.partition_A(sA)
         tCsB = thr_mma.partition_B(sB)
         tCrA = tiled_mma.make_fragment_A(tCsA)
         tCrB = tiled_mma.make_fragment_B(tCsB)
         tCgD = thr_mma.partition_C(gD_mnl)
         accumulators = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
-        num_k_blocks = cute.size(tCrA, mode=[2])
+        acc_slow = None
+        if cutlass.const_expr(self.fp8_slow_accum):
+            acc_slow = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
 
-        # Epilogue partitions: registers -> shared memory (stmatrix for 16-bit D) -> TMA store.
+        # Epilogue partitions: registers -> shared memory (stmatrix for 16-bit D) -> TMA store. The
+        # stmatrix atom (16-bit) only defines the thread/value layout every epilogue copy follows.
+        copy_atom_c_layout = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(self.d_layout.is_m_major_c(), 4), cutlass.Float16
+        )
+        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c_layout, tiled_mma)
         copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(
             self.d_layout, elem_ty_d=self.d_dtype, elem_ty_acc=self.acc_dtype
         )
-        copy_atom_c = cute.make_copy_atom(
-            cute.nvgpu.warp.StMatrix8x8x16bOp(self.d_layout.is_m_major_c(), 4), self.d_dtype
-        )
-        tiled_copy_r2s = cute.make_tiled_copy_S(
-            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
-        )
-        thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
+        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
+        thr_copy_r2s = tiled_copy_r2s.get_slice(tile_tidx)
         tRS_sD = thr_copy_r2s.partition_D(sD)
         tRS_rAcc = tiled_copy_r2s.retile(accumulators)
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))
@@ -444,15 +571,29 @@ class HopperGemm:
         tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.d_dtype)
         regs_per_epi_tile = cute.size(tRS_rD)
 
+        tSR_sC, tRS_rC, tSR_rC, tiled_copy_s2r = None, None, None, None
+        if cutlass.const_expr(has_c):
+            tiled_copy_s2r = cute.make_tiled_copy_S(
+                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.c_dtype), tiled_copy_c_atom
+            )
+            thr_copy_s2r = tiled_copy_s2r.get_slice(tile_tidx)
+            tSR_sC = thr_copy_s2r.partition_S(sC)
+            tRS_rC = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
+            tSR_rC = thr_copy_s2r.retile(tRS_rC)
+
+        wg = warp_group_idx if self.pingpong else 0
         epilogue_barrier = pipeline.NamedBarrier(
-            barrier_id=EPILOGUE_BARRIER_ID, num_threads=self.num_consumer_threads
+            barrier_id=EPILOGUE_BARRIER + wg, num_threads=self.tile_threads
         )
+        # The first warp of the tile's threads issues the epilogue's TMA loads (C) and stores (D).
+        is_epi_warp = warp_idx == (warp_group_idx * 4 if self.pingpong else 0)
         tma_store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=self.epi_stages,
-            producer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumer_threads
-            ),
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
         )
+        c_subtile_bytes = 0
+        if cutlass.const_expr(has_c):
+            c_subtile_bytes = cute.size_in_bytes(self.c_dtype, cute.slice_(sC, (None, None, 0)))
 
         read_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.ab_stages
@@ -460,13 +601,32 @@ class HopperGemm:
         release_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.ab_stages
         )
-        # Keep one WGMMA batch in flight: release stage k-1 only after waiting for stage k's issue.
-        k_pipe_mmas = 1
-        prologue_mmas = cutlass.min(k_pipe_mmas, k_tile_cnt)
-
-        epi_tiles_per_tile = cute.size(cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1])
-        epi_buffer = Int32(0)
+        epi_tiles_per_tile = cute.size(
+            cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1]
+        )
+        epi_buffer = Int32(0)  # next D staging buffer
+        c_count = Int32(0)  # C sub-tiles loaded so far through the shared C buffers (phase tracking)
         linear = cluster_id
+        tile_stride = num_clusters
+        if cutlass.const_expr(self.pingpong):
+            # Warpgroup w takes every other tile of this CTA's sequence, starting with the w-th; the
+            # ring's stages and the C buffers are shared, so skip what the other warpgroup consumes.
+            linear = cluster_id + warp_group_idx * num_clusters
+            tile_stride = 2 * num_clusters
+            # Warpgroup 1 starts one tile (k-tiles, C sub-tiles) into the shared sequences. Written as
+            # arithmetic (x0 for warpgroup 0) rather than a branch around the pipeline states.
+            read_state.advance(k_tile_cnt * warp_group_idx)
+            release_state.advance(k_tile_cnt * warp_group_idx)
+            c_count += epi_tiles_per_tile * warp_group_idx
+            if warp_group_idx == 0:
+                # Warpgroup 0 starts: grant itself the first mainloop and epilogue turns.
+                cute.arch.barrier_arrive(
+                    barrier_id=MMA_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
+                cute.arch.barrier_arrive(
+                    barrier_id=EPI_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
+
         while linear < cluster_tiles:
             ctile_m, ctile_n, batch = cluster_tile_coord(
                 linear, clusters_m, clusters_n, raster_along_m, group_size
@@ -475,32 +635,28 @@ class HopperGemm:
             tile_n = ctile_n * cn + cluster_coord_mnk[1]
 
             # ---- mainloop
-            accumulators.fill(0.0)
-            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.fence()
-            for k_tile in range(prologue_mmas):
-                ab_pipeline.consumer_wait(read_state)
-                for k_block in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, k_block, read_state.index)
-                    cute.gemm(tiled_mma, accumulators, tCrA[coord], tCrB[coord], accumulators)
-                warpgroup.commit_group()
-                read_state.advance()
-            for k_tile in range(prologue_mmas, k_tile_cnt):
-                ab_pipeline.consumer_wait(read_state)
-                for k_block in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, k_block, read_state.index)
-                    cute.gemm(tiled_mma, accumulators, tCrA[coord], tCrB[coord], accumulators)
-                warpgroup.commit_group()
-                warpgroup.wait_group(k_pipe_mmas)
-                ab_pipeline.consumer_release(release_state)
-                release_state.advance()
-                read_state.advance()
-            warpgroup.wait_group(0)
-            for k_tile in range(prologue_mmas):
-                ab_pipeline.consumer_release(release_state)
-                release_state.advance()
+            if cutlass.const_expr(self.pingpong):
+                cute.arch.barrier(
+                    barrier_id=MMA_TURN_BARRIER + wg, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
+            read_state, release_state = self._mainloop(
+                ab_pipeline,
+                tiled_mma,
+                accumulators,
+                acc_slow,
+                tCrA,
+                tCrB,
+                read_state,
+                release_state,
+                k_tile_cnt,
+                wg,
+            )
 
             # ---- epilogue
+            if cutlass.const_expr(self.pingpong):
+                cute.arch.barrier(
+                    barrier_id=EPI_TURN_BARRIER + wg, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
             gD_tile = cute.zipped_divide(gD_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
             bSG_sD, bSG_gD = cpasync.tma_partition(
                 tma_atom_d,
@@ -511,15 +667,41 @@ class HopperGemm:
             )
             epi_grid = gD_tile.shape[1]
             epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
+            bGS_sC, bGS_gC = None, None
+            if cutlass.const_expr(has_c):
+                gC_tile = cute.zipped_divide(
+                    gC_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile
+                )
+                bGS_sC, bGS_gC = cpasync.tma_partition(
+                    tma_atom_c,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sC, 0, 2),
+                    gC_tile,
+                )
+                # Prefetch the first sub-tile(s) of C; the buffers are free (see the barrier below).
+                for i in cutlass.range_constexpr(min(self.c_stages, epi_tiles_per_tile)):
+                    self._load_c_subtile(
+                        tma_atom_c, bGS_sC, bGS_gC, c_full, epi_order, i, c_count + i, c_subtile_bytes,
+                        is_epi_warp,
+                    )
             for epi_idx in cutlass.range_constexpr(epi_tiles_per_tile):
                 for v in cutlass.range_constexpr(regs_per_epi_tile):
                     tRS_rD[v] = tRS_rAcc[epi_idx * regs_per_epi_tile + v]
-                tRS_rD_out.store(tRS_rD.load().to(self.d_dtype))
+                acc_vec = tRS_rD.load() * alpha
+                if cutlass.const_expr(has_c):
+                    c_buffer = (c_count + epi_idx) % self.c_stages
+                    c_phase = ((c_count + epi_idx) // self.c_stages) % 2
+                    cute.arch.mbarrier_wait(c_full + c_buffer, c_phase)
+                    cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, c_buffer)], tSR_rC)
+                    acc_vec = acc_vec + tRS_rC.load().to(self.acc_dtype) * beta
+                tRS_rD_out.store(acc_vec.to(self.d_dtype))
                 cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
-                # stmatrix writes are generic-proxy; the TMA store reads through the async proxy.
+                # stmatrix writes are generic-proxy; the TMA store (and the next TMA load of C into the
+                # buffer just read) go through the async proxy.
                 cute.arch.fence_proxy("async.shared", space="cta")
                 epilogue_barrier.arrive_and_wait()
-                if warp_idx == self.epi_store_warp:
+                if is_epi_warp:
                     cute.copy(
                         tma_atom_d,
                         bSG_sD[(None, epi_buffer)],
@@ -527,9 +709,131 @@ class HopperGemm:
                     )
                     tma_store_pipeline.producer_commit()
                     tma_store_pipeline.producer_acquire()
+                if cutlass.const_expr(has_c):
+                    # The C buffer of this sub-tile has been read by every thread (barrier above): refill
+                    # it with the sub-tile c_stages ahead.
+                    if cutlass.const_expr(epi_idx + self.c_stages < epi_tiles_per_tile):
+                        self._load_c_subtile(
+                            tma_atom_c, bGS_sC, bGS_gC, c_full, epi_order, epi_idx + self.c_stages,
+                            c_count + epi_idx + self.c_stages, c_subtile_bytes, is_epi_warp,
+                        )
                 epilogue_barrier.arrive_and_wait()
                 epi_buffer = (epi_buffer + 1) % self.epi_stages
-            linear += num_clusters
+            c_count += epi_tiles_per_tile
+            if cutlass.const_expr(self.pingpong):
+                # Both warpgroups write the same D staging buffers: drain this tile's stores before
+                # handing the epilogue to the other warpgroup, then skip its share of the pipelines.
+                if is_epi_warp:
+                    tma_store_pipeline.producer_tail()
+                cute.arch.barrier_arrive(
+                    barrier_id=EPI_TURN_BARRIER + 1 - wg, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
+                read_state.advance(k_tile_cnt)
+                release_state.advance(k_tile_cnt)
+                c_count += epi_tiles_per_tile
+            linear += tile_stride
 
         # Drain outstanding TMA stores before the CTA exits.
-        tma_store_pipeline.producer_tail()
+        if is_epi_warp:
+            tma_store_pipeline.producer_tail()
+
+    @cute.jit
+    def _load_c_subtile(
+        self, tma_atom_c, bGS_sC, bGS_gC, c_full, epi_order, epi_idx, c_index, c_subtile_bytes, is_epi_warp
+    ):
+        """One warp loads C's epilogue sub-tile `epi_idx` into buffer `c_index % c_stages` by TMA."""
+        if is_epi_warp:
+            buffer = c_index % self.c_stages
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(c_full + buffer, c_subtile_bytes)
+            cute.copy(
+                tma_atom_c,
+                bGS_gC[(None, epi_order.get_hier_coord(epi_idx))],
+                bGS_sC[(None, buffer)],
+                tma_bar_ptr=c_full + buffer,
+            )
+
+    @cute.jit
+    def _mainloop(
+        self,
+        ab_pipeline,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        acc_slow,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        read_state,
+        release_state,
+        k_tile_cnt: Int32,
+        wg,
+    ):
+        """All k-tiles of one output tile into `accumulators` (K >= 1, so there is at least one k-tile).
+
+        One WGMMA batch stays in flight: the stage of k-tile i-1 is released once k-tile i's batch is
+        issued and i-1's has completed. The first MMA of a tile runs with ACCUMULATE off, which zeroes the
+        accumulator without a separate fill; with slow accumulation every k-tile starts that way and is
+        added into `acc_slow` once complete.
+        """
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        # First k-tile (no stage to release yet).
+        ab_pipeline.consumer_wait(read_state)
+        warpgroup.fence()
+        for k_block in cutlass.range_constexpr(num_k_blocks):
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, k_block != 0)
+            coord = (None, None, k_block, read_state.index)
+            cute.gemm(tiled_mma, accumulators, tCrA[coord], tCrB[coord], accumulators)
+        warpgroup.commit_group()
+        if cutlass.const_expr(self.fp8_slow_accum):
+            warpgroup.wait_group(0)
+            acc_slow.store(accumulators.load())
+        read_state.advance()
+        for k_tile in range(1, k_tile_cnt):
+            ab_pipeline.consumer_wait(read_state)
+            warpgroup.fence()
+            for k_block in cutlass.range_constexpr(num_k_blocks):
+                tiled_mma.set(
+                    warpgroup.Field.ACCUMULATE, not self.fp8_slow_accum or k_block != 0
+                )
+                coord = (None, None, k_block, read_state.index)
+                cute.gemm(tiled_mma, accumulators, tCrA[coord], tCrB[coord], accumulators)
+            warpgroup.commit_group()
+            if cutlass.const_expr(self.fp8_slow_accum):
+                warpgroup.wait_group(0)
+                acc_slow.store(acc_slow.load() + accumulators.load())
+            else:
+                warpgroup.wait_group(1)
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
+            read_state.advance()
+        if cutlass.const_expr(self.pingpong):
+            # All of this tile's MMAs are issued: the other warpgroup may start its mainloop.
+            cute.arch.barrier_arrive(
+                barrier_id=MMA_TURN_BARRIER + 1 - wg, number_of_threads=2 * THREADS_PER_WARPGROUP
+            )
+        warpgroup.wait_group(0)
+        ab_pipeline.consumer_release(release_state)
+        release_state.advance()
+        if cutlass.const_expr(self.fp8_slow_accum):
+            accumulators.store(acc_slow.load())
+        return read_state, release_state
+
+
+class HopperGemmWithC(HopperGemm):
+    """The same kernel with the C epilogue: D = alpha * A @ B^T + beta * C."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        mC: cute.Tensor,
+        alpha: Float32,
+        beta: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        stream: cuda.CUstream,
+    ):
+        """mC: (M, N, L) like mD, with its own dtype and unit-stride mode; it may be the same memory as D."""
+        self._launch(mA, mB, mD, mC, alpha, beta, raster_along_m, group_size, max_active_clusters, stream)
