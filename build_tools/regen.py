@@ -8,7 +8,8 @@ Modes (one at a time):
   (none)          rewrite the derived files that changed
   --check         exit 1 and print a unified diff if any derived file is stale
   --list          print the instance ids of --profile (default: default), filtered by --kernels globs
-  --explain ID    print one instance's spec, rule-by-rule validity, smem plan and built launch contract
+  --explain ID    print one instance's spec, rule-by-rule validity, accumulator registers, SmemPlan and
+                  built launch contract
 
 Exit codes: 0 ok; 1 stale files (--check), unknown id (--explain) or unreadable manifest; 2 bad arguments
 or an invalid kernel_specs.yaml.
@@ -30,11 +31,16 @@ from codegen.matrix import Expansion, Matrix, MatrixError, load_matrix
 from codegen.spec import GemmSpec, SpecError
 from codegen.validity import (
     BARRIER_RESERVE_BYTES,
+    MAX_ACC_REGS,
     SMEM_CAPACITY_BYTES,
+    ab_budget_bytes,
     ab_stage_bytes,
+    acc_regs,
+    c_smem_bytes,
     check_rules,
     epi_smem_bytes,
     epilogue_tile,
+    fp8_promoted,
     smem_plan,
 )
 
@@ -80,12 +86,18 @@ def render_instances_md(matrix: Matrix) -> str:
         by_reason: dict[str, list[str]] = {}
         for spec, reason in exp.dropped:
             by_reason.setdefault(reason, []).append(spec.name())
+        # One table per group (in the profile's order), each instance under the first group that ships it:
+        # one 250-row table is unreadable, and the groups are the matrix's own structure.
+        by_group: dict[str, list[dict[str, str]]] = {g: [] for g in prof.groups}
+        for s in exp.specs:
+            by_group[exp.group_of[s.name()]].append(_row(s))
         profiles.append(
             {
                 "name": pname,
-                "groups": list(prof.groups),
+                "n": len(exp.specs),
+                "group_names": list(prof.groups),
+                "groups": [{"name": g, "rows": rows} for g, rows in by_group.items() if rows],
                 "kernels": [f"`{k}`" for k in prof.kernels],
-                "rows": [_row(s) for s in exp.specs],
                 "dropped": sorted(by_reason.items()),
                 "n_dropped": len(exp.dropped),
             }
@@ -96,18 +108,23 @@ def render_instances_md(matrix: Matrix) -> str:
 
 
 def _row(s: GemmSpec) -> dict[str, str]:
-    ab, epi = smem_plan(s)
+    plan = smem_plan(s)
+    if s.a_dtype.is_float8:
+        accum = "fast" if s.fp8_fast_accum else "promoted"
+    else:
+        accum = "fp32"  # 16-bit inputs: always exact fp32 accumulation; the fast/promoted choice is fp8's
     return {
         "id": s.name(),
         "a": str(s.a_dtype),
         "b": str(s.b_dtype),
         "d": str(s.d_dtype),
-        "acc": str(s.acc_dtype),
         "majors": f"{s.a_major} {s.b_major} {s.d_major}",
+        "c": f"{s.c_dtype} {s.c_major}" if s.has_c else "–",
+        "accum": accum,
         "tile": "×".join(map(str, s.tile)),
         "cluster": "×".join(map(str, s.cluster)),
         "schedule": str(s.schedule),
-        "stages": f"{ab}, {epi}",
+        "stages": f"{plan.ab_stages}, {plan.epi_stages}, {plan.c_stages}",
     }
 
 
@@ -166,12 +183,16 @@ def explain(matrix: Matrix, instance_id: str, manifest: Path | None, manifest_gi
             if s == spec:
                 out.append(f"  dropped from profile {p}: {reason}")
     out.append("spec:")
-    out += [f"  {k}: {v}" for k, v in spec.to_json().items()]
+    out += [
+        f"  {k}: {json.dumps(v) if v is None or isinstance(v, bool) else v}"
+        for k, v in spec.to_json().items()
+    ]
     out.append("validity rules (codegen/validity.py, in order):")
     out += [
         f"  {'pass' if r is None else 'FAIL'}  {name}{'' if r is None else ': ' + r}"
         for name, r in check_rules(spec)
     ]
+    out += _register_lines(spec)
     out += _smem_lines(spec)
     print("\n".join(out))
 
@@ -186,19 +207,40 @@ def _all_specs(e: Expansion) -> list[GemmSpec]:
     return e.specs + [s for s, _ in e.dropped]
 
 
+def _register_lines(spec: GemmSpec) -> list[str]:
+    regs = acc_regs(spec)
+    line = f"accumulator: {regs} fp32 registers per consumer thread"
+    if fp8_promoted(spec):
+        line += f" x 2 (fp8 promoted accumulation) = {2 * regs}"
+    return [f"{line} (limit {MAX_ACC_REGS}; codegen.validity.acc_registers)"]
+
+
 def _smem_lines(spec: GemmSpec) -> list[str]:
     m, n, k = spec.tile
     em, en = epilogue_tile(spec)
-    ab, epi = smem_plan(spec)
-    stage, epi_bytes = ab_stage_bytes(spec), epi_smem_bytes(spec)
-    budget = SMEM_CAPACITY_BYTES - BARRIER_RESERVE_BYTES - epi_bytes
+    plan = smem_plan(spec)
+    stage, epi_bytes, c_bytes = ab_stage_bytes(spec), epi_smem_bytes(spec), c_smem_bytes(spec)
+    c_term = f" - {c_bytes} (C)" if spec.has_c else ""
+    c_line = (
+        f"  C epilogue: {em}x{en} {spec.c_dtype} tile x {plan.c_stages} stages = {c_bytes} B"
+        if spec.has_c
+        else "  C epilogue: none (no C operand)"
+    )
+    budget = (
+        f"  A/B budget: {SMEM_CAPACITY_BYTES} - {BARRIER_RESERVE_BYTES} (barriers) - {epi_bytes} (D)"
+        f"{c_term} = {ab_budget_bytes(spec)} B"
+    )
+    result = (
+        f"  -> SmemPlan(ab_stages={plan.ab_stages}, epi_stages={plan.epi_stages}, c_stages={plan.c_stages})"
+        f"; A/B ring {plan.ab_stages * stage} B"
+    )
     return [
         "shared memory plan (codegen.validity.smem_plan, imported by the kernel):",
         f"  A/B stage: {m}x{k} {spec.a_dtype} + {n}x{k} {spec.b_dtype} = {stage} B",
-        f"  epilogue: {em}x{en} {spec.d_dtype} tile x {epi} stages = {epi_bytes} B",
-        f"  A/B budget: {SMEM_CAPACITY_BYTES} - {BARRIER_RESERVE_BYTES} (barriers) - {epi_bytes}"
-        f" = {budget} B",
-        f"  -> {ab} A/B stages ({ab * stage} B), {epi} epilogue stages",
+        f"  D epilogue: {em}x{en} {spec.d_dtype} tile x {plan.epi_stages} stages = {epi_bytes} B",
+        c_line,
+        budget,
+        result,
     ]
 
 

@@ -19,8 +19,13 @@ Schema, version 1:
 
 `tile` and `cluster` values are themselves lists, so for these two a flat list of integers is one value
 (`tile: [128, 128]`) and a list of lists is several (`tile: [[128, 128], [64, 128]]`). A tile may be
-[M, N] or [M, N, K]; [M, N] means the default K for the input dtype (in `exclude` too). `acc_dtype` may
-be left out (fp32).
+[M, N] or [M, N, K]; [M, N] means the default K for the input dtype (in `exclude` too).
+
+Optional fields (may be left out): `acc_dtype` (fp32), `c_dtype` (null: no C operand), `c_major` (the C
+layout; required where c_dtype is set), `fp8_fast_accum` (false). `c_dtype` takes `null` as a value, so
+`c_dtype: [null, bf16]` gives instances without and with a bf16 C. In a candidate row whose c_dtype is
+null, `c_major` is dropped (there is no C to lay out), so `c_dtype: [null, bf16]` with `c_major: [n, m]`
+gives three instances, not an error; a GemmSpec built directly stays strict.
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ class Expansion:
 
     specs: list[GemmSpec]
     dropped: list[tuple[GemmSpec, str]]
+    # instance id -> the first group (in the profile's order) that ships it: an instance two groups
+    # produce is shipped once and listed under the first.
+    group_of: dict[str, str]
 
     def names(self) -> list[str]:
         return [s.name() for s in self.specs]
@@ -91,7 +99,15 @@ class _Group:
             row: dict[str, Any] = {}
             for part in parts:
                 row.update(part)
-            yield GemmSpec(**row)
+            if row.get("c_dtype") is None:
+                row.pop("c_major", None)  # no C operand, nothing to lay out (module docstring)
+            try:
+                yield GemmSpec(**row)
+            except SpecError as e:
+                body = ", ".join(f"{k}: {_flow(_plain(v))}" for k, v in row.items())
+                raise MatrixError(
+                    f"groups.{self.name}: the combination {{{body}}} is not a spec: {e}"
+                ) from None
 
     def excluded_by(self, spec: GemmSpec) -> str | None:
         for ex in self.excludes:
@@ -130,6 +146,7 @@ class Matrix:
         prof = self.profiles[profile]
         kept: dict[str, GemmSpec] = {}
         dropped: dict[str, tuple[GemmSpec, str]] = {}
+        group_of: dict[str, str] = {}
         for gname in prof.groups:
             group = self.groups[gname]
             for spec in group.candidates():
@@ -137,6 +154,7 @@ class Matrix:
                 reason = why_unsupported(spec) or group.excluded_by(spec)
                 if reason is None:
                     kept[name] = spec
+                    group_of.setdefault(name, gname)
                     dropped.pop(name, None)  # another group ships it after all
                 elif name not in kept and name not in dropped:
                     dropped[name] = (spec, reason)
@@ -168,6 +186,7 @@ class Matrix:
         return Expansion(
             specs=[kept[n] for n in sorted(kept)],
             dropped=[dropped[n] for n in sorted(dropped)],
+            group_of={n: group_of[n] for n in sorted(kept)},
         )
 
 
@@ -337,8 +356,19 @@ def _mapping(body: Any, path: str, nonempty: bool = False) -> dict[Any, Any]:
 
 
 def _flow(v: Any) -> str:
-    """A YAML flow-style rendering of a raw value, for messages: [64, 128], bf16."""
-    return f"[{', '.join(_flow(x) for x in v)}]" if isinstance(v, list) else str(v)
+    """A YAML flow-style rendering of a raw value, for messages: [64, 128], bf16, null, true."""
+    if isinstance(v, list):
+        return f"[{', '.join(_flow(x) for x in v)}]"
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _plain(v: Any) -> Any:
+    """A normalized field value back in YAML terms (tuples as lists) for messages."""
+    return list(v) if isinstance(v, tuple) else v
 
 
 def _is_glob(pattern: str) -> bool:

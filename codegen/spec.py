@@ -9,16 +9,18 @@ Closed sets are `StrEnum`s so that YAML values, id tokens and JSON all use the s
 
 This module is stdlib-only on purpose (no yaml, no jinja2): the runtime may later reuse small parts of it.
 
-Instance id format (base, fixed forever once shipped):
+Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
+         sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
-Extension rule for later optional features (a C operand, fast accumulation, ...): add a dataclass field
-*with a default* that means "feature off", and append one `_`-separated suffix token to the base only when
-the field is not at its default (e.g. `_cbf16n` for a bf16 n-major C, `_fastacc`), in a fixed order.
-Existing ids then never change, and `parse()` consumes the known suffix tokens in that order. Today no
-suffix token is defined, so `parse()` rejects any.
+Extension rule for optional features: add a dataclass field *with a default* that means "feature off", and
+append one `_`-separated suffix token to the base only when the field is not at its default, in a fixed
+order (`_SUFFIXES` below). Existing ids then never change, and `parse()` consumes the known suffix tokens
+in that order. Defined today, in order:
+  `_c{c_dtype}{c_major}`  the epilogue reads a C operand (D = alpha*acc + beta*C), e.g. `_cbf16n`
+  `_fastacc`              fp8 inputs accumulate straight into the fp32 accumulator (no periodic promotion)
 """
 
 from __future__ import annotations
@@ -94,17 +96,24 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {
     "d_major": DMajor,
     "schedule": Schedule,
 }
+# Fields whose value may be null (YAML `null`, JSON `null`): "feature off".
+_OPTIONAL_ENUM_FIELDS: dict[str, type[StrEnum]] = {"c_dtype": DType, "c_major": DMajor}
+_BOOL_FIELDS = ("fp8_fast_accum",)
 TUPLE_FIELDS = ("tile", "cluster")
 """Fields whose single value is itself a list in YAML/JSON (so `[1, 2]` is one value, `[[1, 2]]` a list)."""
+
+
+def mma_k(a_dtype: DType) -> int:
+    """K of one WGMMA instruction: 32 bytes of K, i.e. 16 elements for 16-bit inputs, 32 for 8-bit."""
+    return 256 // a_dtype.bits
 
 
 def default_tile_k(a_dtype: DType) -> int:
     """The canonical CTA tile K: 4 WGMMA k-steps = 128 bytes = one 128-byte swizzle row of A/B.
 
-    A WGMMA k-step is 32 bytes of K (16 elements for 16-bit inputs, 32 for 8-bit, 8 for tf32), so four of
-    them are 64 elements for bf16/fp16 and 128 for e4m3/e5m2.
+    64 elements for bf16/fp16 and 128 for e4m3/e5m2.
     """
-    return 4 * (256 // a_dtype.bits)
+    return 4 * mma_k(a_dtype)
 
 
 def _is_int(v: Any) -> bool:
@@ -123,6 +132,18 @@ def parse_field(name: str, value: Any) -> Any:
             return enum(value)
         allowed = ", ".join(m.value for m in enum)
         raise SpecError(f"{name}: bad value {value!r}; allowed: {allowed}")
+    if name in _OPTIONAL_ENUM_FIELDS:
+        enum = _OPTIONAL_ENUM_FIELDS[name]
+        if value is None:
+            return None
+        if isinstance(value, str) and value in enum._value2member_map_:
+            return enum(value)
+        allowed = ", ".join(m.value for m in enum)
+        raise SpecError(f"{name}: bad value {value!r}; allowed: null (none), {allowed}")
+    if name in _BOOL_FIELDS:
+        if isinstance(value, bool):
+            return value
+        raise SpecError(f"{name}: bad value {value!r}; allowed: true, false")
     if name == "tile":
         ok = (
             isinstance(value, (list, tuple))
@@ -147,7 +168,12 @@ def parse_field(name: str, value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmSpec:
-    """One Hopper GEMM kernel variant: D = A @ B with the given dtypes, layouts, CTA tile, cluster, schedule.
+    """One Hopper GEMM kernel variant: D = alpha * (A @ B) [+ beta * C] with the given dtypes, layouts, CTA
+    tile, cluster, schedule and epilogue.
+
+    `c_dtype` set means the epilogue reads a C operand of that dtype and `c_major` layout (both or
+    neither). `fp8_fast_accum` means fp8 WGMMAs accumulate straight into the fp32 accumulator; off, the
+    kernel periodically promotes a second accumulator (more accurate, twice the registers).
 
     Keyword-only (no positional construction). Construction normalizes and validates every field: strings
     become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
@@ -165,6 +191,9 @@ class GemmSpec:
     tile: tuple[int, int, int]
     cluster: tuple[int, int]
     schedule: Schedule
+    c_dtype: DType | None = None
+    c_major: DMajor | None = None
+    fp8_fast_accum: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -172,12 +201,31 @@ class GemmSpec:
         m, n, k = self.tile
         if k == 0:
             object.__setattr__(self, "tile", (m, n, default_tile_k(self.a_dtype)))
+        # A C operand is one thing with two attributes: a half-given C is a typo, not a default.
+        if self.c_dtype is None and self.c_major is not None:
+            raise SpecError(
+                f"c_major {self.c_major} given without c_dtype: c_major lays out the C operand, which is "
+                "only read when c_dtype is set; set c_dtype (e.g. bf16) or drop c_major"
+            )
+        if self.c_dtype is not None and self.c_major is None:
+            raise SpecError(
+                f"c_dtype {self.c_dtype} given without c_major: the C operand needs a layout; "
+                "set c_major to n or m (usually d_major)"
+            )
+
+    @property
+    def has_c(self) -> bool:
+        """Whether the epilogue reads a C operand (D = alpha*acc + beta*C)."""
+        return self.c_dtype is not None
 
     # --- construction from data ---------------------------------------------------------------------
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> GemmSpec:
-        """Strictly build a spec from a mapping field name -> value (a YAML row). `acc_dtype` is optional."""
+        """Strictly build a spec from a mapping field name -> value (a YAML row).
+
+        `acc_dtype`, `c_dtype`, `c_major` and `fp8_fast_accum` are optional (fp32, no C, slow accumulation).
+        """
         if not isinstance(row, Mapping):
             raise SpecError(f"a spec row must be a mapping of field -> value, got {type(row).__name__}")
         unknown = sorted(str(k) for k in row.keys() - set(FIELD_NAMES))
@@ -192,19 +240,25 @@ class GemmSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmSpec:
-        """Inverse of `to_json()`. Every field must be present (the manifest always writes all of them)."""
+        """Inverse of `to_json()`. Every base field must be present (the manifest always writes them); the
+        epilogue fields added later (`c_dtype`, `c_major`, `fp8_fast_accum`) may be absent, as in
+        manifests written before they existed, and then mean "off"."""
         if isinstance(data, Mapping):
-            missing = [f for f in FIELD_NAMES if f not in data]
+            missing = [f for f in FIELD_NAMES if f not in data and f not in _LATER_FIELDS]
             if missing:
                 raise SpecError(f"spec JSON lacks key(s) {', '.join(missing)}")
         return cls.from_row(data)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able dict (enums as strings, tile/cluster as lists): the manifest's `spec` field."""
+        """Plain JSON-able dict: the manifest's `spec` field. Enums as strings, tile/cluster as lists, an
+        absent C as null (`c_dtype`, `c_major`), `fp8_fast_accum` as a bool. Every field is always written."""
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            out[f.name] = list(v) if isinstance(v, tuple) else str(v)
+            if v is None or isinstance(v, bool):
+                out[f.name] = v
+            else:
+                out[f.name] = list(v) if isinstance(v, tuple) else str(v)
         return out
 
     # --- identity -----------------------------------------------------------------------------------
@@ -214,10 +268,12 @@ class GemmSpec:
         m, n, k = self.tile
         cm, cn = self.cluster
         sched = _SCHEDULE_TOKEN[self.schedule]
-        return (
+        base = (
             f"sm90_{self.a_dtype}_{self.b_dtype}_{self.d_dtype}_{self.acc_dtype}acc"
             f"_{self.a_major}{self.b_major}{self.d_major}_{m}x{n}x{k}_c{cm}x{cn}_{sched}"
         )
+        suffix = [tok for _, fmt, _ in _SUFFIXES if (tok := fmt(self)) is not None]
+        return "_".join([base, *suffix])
 
     @classmethod
     def parse(cls, name: str) -> GemmSpec:
@@ -246,10 +302,20 @@ class GemmSpec:
             raise bad(f"cluster token {cluster!r} is not c<M>x<N>")
         if sched not in _TOKEN_SCHEDULE:
             raise bad(f"schedule token {sched!r} is not one of {', '.join(_TOKEN_SCHEDULE)}")
-        if suffix:
-            raise bad(
-                f"unknown optional token(s) {', '.join(suffix)} (this build defines no optional features)"
-            )
+        optional: dict[str, Any] = {}
+        next_kind = 0  # suffix tokens must come in _SUFFIXES order, each at most once
+        for tok in suffix:
+            for i, (_, _, read) in enumerate(_SUFFIXES):
+                fields_ = read(tok)
+                if fields_ is None:
+                    continue
+                if i < next_kind:
+                    raise bad(f"optional token {tok!r} is out of order or repeated; order: {_SUFFIX_ORDER}")
+                optional.update(fields_)
+                next_kind = i + 1
+                break
+            else:
+                raise bad(f"unknown optional token {tok!r}; known: {_SUFFIX_ORDER}")
         try:
             spec = cls(
                 a_dtype=a,
@@ -262,6 +328,7 @@ class GemmSpec:
                 tile=tuple(int(x) for x in dims),
                 cluster=tuple(int(x) for x in cdims),
                 schedule=_TOKEN_SCHEDULE[sched],
+                **optional,
             )
         except SpecError as e:
             raise bad(str(e)) from None
@@ -274,7 +341,37 @@ def _is_decimal(s: str) -> bool:
     return s.isascii() and s.isdecimal()
 
 
+# --- optional id suffix tokens, in their fixed order: (what, spec -> token or None, token -> fields or None)
+
+
+def _c_token(s: GemmSpec) -> str | None:
+    return None if s.c_dtype is None else f"c{s.c_dtype}{s.c_major}"
+
+
+def _read_c_token(tok: str) -> dict[str, str] | None:
+    # "c" + dtype + one major letter, e.g. cbf16n. Values are validated by the constructor afterwards.
+    if len(tok) >= 3 and tok[0] == "c" and tok[1:-1] in DType._value2member_map_:
+        return {"c_dtype": tok[1:-1], "c_major": tok[-1]}
+    return None
+
+
+_SUFFIXES = (
+    ("C operand", _c_token, _read_c_token),
+    (
+        "fp8 fast accumulation",
+        lambda s: "fastacc" if s.fp8_fast_accum else None,
+        lambda tok: {"fp8_fast_accum": True} if tok == "fastacc" else None,
+    ),
+)
+_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc"
+
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
-REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f != "acc_dtype")
+# Fields added after the first manifests shipped: optional in from_json (absent = feature off).
+_LATER_FIELDS = ("c_dtype", "c_major", "fp8_fast_accum")
+REQUIRED_FIELDS: tuple[str, ...] = tuple(
+    f for f in FIELD_NAMES if f != "acc_dtype" and f not in _LATER_FIELDS
+)
 _BASE_TOKENS = 9
-_ID_FORMAT = "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
+_ID_FORMAT = (
+    "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}[_c{c_dtype}{c_major}][_fastacc]"
+)

@@ -4,16 +4,20 @@ Why one source of truth (STYLE P4): the matrix expander drops unsupported combin
 `regen --explain` prints them rule by rule, tests skip with them, and the runtime can raise with them. A
 rule returns `None` when the spec passes and otherwise a human reason that names the fix.
 
-To widen the kernel's scope (fp8, other majors, pingpong, ...), edit or delete the rule that says "not yet
-supported", in the same change as the kernel. Rules are evaluated in file order; `why_unsupported` reports
-the first failure, `check_rules` all of them.
+The scope is the seed kernel's dense feature set: bf16/fp16 inputs in every A/B/D layout, fp8 (e4m3/e5m2,
+mixed) K-major inputs with fast or promoted accumulation, fp32 accumulation, an optional 16/32-bit C
+operand, cooperative and ping-pong schedules. Closed sets the enums already enforce (A major k/m, B major
+k/n, D and C major n/m, the two schedules) need no rule here. To widen the scope, edit the rule in the same
+change as the kernel. Rules are evaluated in file order; `why_unsupported` reports the first failure,
+`check_rules` all of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
-from codegen.spec import AMajor, BMajor, DMajor, DType, GemmSpec, Schedule, default_tile_k
+from codegen.spec import AMajor, BMajor, DType, GemmSpec, Schedule, mma_k
 
 Rule = Callable[[GemmSpec], "str | None"]
 RULES: list[tuple[str, Rule]] = []
@@ -45,22 +49,40 @@ SMEM_CAPACITY_BYTES = 232448
 # Pipeline mbarriers, scheduler and bookkeeping storage, rounded up to the 1024-byte alignment that
 # 128-byte-swizzled TMA buffers need.
 BARRIER_RESERVE_BYTES = 1024
-# Epilogue staging buffers: four 16-bit D sub-tiles (8 KiB each for 128x32) let the TMA stores of a tile
-# overlap the next sub-tile's conversion; an fp32 D sub-tile is twice as large, so two keep the A/B ring at
-# the same depth (128x256x64: 4 A/B stages either way).
+# Epilogue staging buffers: four 16-bit (or 8-bit) D sub-tiles (8 KiB each for 128x32 bf16) let the TMA
+# stores of a tile overlap the next sub-tile's conversion; an fp32 D sub-tile is twice as large, so two keep
+# the A/B ring at the same depth (128x256x64: 4 A/B stages either way).
 EPI_STAGES_16BIT = 4
 EPI_STAGES_32BIT = 2
+# C sub-tiles are loaded by TMA one epilogue sub-tile ahead of their use: double buffering is enough to
+# hide the load behind the previous sub-tile's math and store.
+C_STAGES = 2
 MIN_AB_STAGES = 2  # fewer than two A/B stages cannot overlap TMA loads with WGMMA at all
 
 
+class SmemPlan(NamedTuple):
+    """Pipeline depths sized from the shared-memory budget (codegen/dsl.py passes them to the kernel)."""
+
+    ab_stages: int  # A/B mainloop stages
+    epi_stages: int  # D epilogue staging buffers
+    c_stages: int  # C epilogue load buffers (0: the spec reads no C)
+
+
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
-    """The epilogue sub-tile (rows, cols) staged through shared memory on its way to D via TMA store."""
+    """The epilogue sub-tile (rows, cols) staged through shared memory between registers and C/D (TMA).
+
+    64 rows whenever one consumer warpgroup owns the whole tile (M = 64, or ping-pong, where each warpgroup
+    runs its own tile's epilogue); otherwise both cooperative warpgroups store 64 rows each of a 128-row
+    sub-tile. 32 columns keep the staging buffers small enough for deep pipelines.
+    """
     m = spec.tile[0]
-    return (min(m, 128) if m >= 128 else 64, 32)
+    if spec.schedule == Schedule.pingpong or m == 64:
+        return (64, 32)
+    return (min(m, 128), 32)
 
 
 def ab_stage_bytes(spec: GemmSpec) -> int:
-    """Shared memory of one A/B pipeline stage: an M x K tile of A plus an N x K tile of B."""
+    """Shared memory of one A/B pipeline stage: an M x K tile of A plus an N x K tile of B (own widths)."""
     m, n, k = spec.tile
     return (m * k * spec.a_dtype.bits + n * k * spec.b_dtype.bits) // 8
 
@@ -69,53 +91,123 @@ def epi_stages(spec: GemmSpec) -> int:
     return EPI_STAGES_16BIT if spec.d_dtype.bits <= 16 else EPI_STAGES_32BIT
 
 
+def c_stages(spec: GemmSpec) -> int:
+    return C_STAGES if spec.has_c else 0
+
+
 def epi_smem_bytes(spec: GemmSpec) -> int:
-    """Shared memory of the epilogue: epi_stages() buffers of one epilogue tile of D."""
+    """Shared memory of the D epilogue: epi_stages() buffers of one epilogue tile of D."""
     em, en = epilogue_tile(spec)
     return em * en * spec.d_dtype.bits // 8 * epi_stages(spec)
 
 
-def smem_plan(spec: GemmSpec) -> tuple[int, int]:
-    """(A/B pipeline stages, epilogue stages) that fit in shared memory.
+def c_smem_bytes(spec: GemmSpec) -> int:
+    """Shared memory of the C epilogue loads: c_stages() buffers of one epilogue tile of C (0 without C)."""
+    if spec.c_dtype is None:
+        return 0
+    em, en = epilogue_tile(spec)
+    return em * en * spec.c_dtype.bits // 8 * c_stages(spec)
+
+
+def ab_budget_bytes(spec: GemmSpec) -> int:
+    """What is left for the A/B ring after barriers and the epilogue's D and C buffers."""
+    return SMEM_CAPACITY_BYTES - BARRIER_RESERVE_BYTES - epi_smem_bytes(spec) - c_smem_bytes(spec)
+
+
+def smem_plan(spec: GemmSpec) -> SmemPlan:
+    """The pipeline depths that fit in shared memory.
 
     The kernel build uses this to size the kernel's pipelines (codegen/dsl.py passes it, with
     `epilogue_tile`, into codegen/kernels/gemm_sm90.py's KernelConfig), and the `smem` rule below rejects
     specs with fewer than MIN_AB_STAGES, so the two can never disagree. The A/B stage count may be 0 or 1
     for an unsupported spec; only the rule decides support.
     """
-    budget = SMEM_CAPACITY_BYTES - BARRIER_RESERVE_BYTES - epi_smem_bytes(spec)
-    return (max(budget, 0) // ab_stage_bytes(spec), epi_stages(spec))
+    ab = max(ab_budget_bytes(spec), 0) // ab_stage_bytes(spec)
+    return SmemPlan(ab_stages=ab, epi_stages=epi_stages(spec), c_stages=c_stages(spec))
+
+
+# --- accumulator registers -------------------------------------------------------------------------------
+
+# The register file holds 65536 32-bit registers per SM; with one CTA of 3 warpgroups per SM the kernel
+# moves registers to the consumers with setmaxnreg (producer 40, consumers 232 each: 40*128 + 2*232*128
+# <= 65536). Of a consumer thread's 232, the fp32 accumulator may take at most 128; the rest hold A/B
+# fragment addresses, the epilogue's converted values, loop state and the scheduler.
+CONSUMER_REGS = 232  # = gemm_sm90.CONSUMER_REGISTERS (not imported here: that module needs cutlass)
+MAX_ACC_REGS = 128
+# fp8 without fast accumulation keeps a second fp32 accumulator that the WGMMAs write and that is added
+# into the main one every few k-blocks (the promotion that keeps fp8 sums accurate), so both must fit.
+MAX_ACC_REGS_FP8_PROMOTED = MAX_ACC_REGS // 2
+
+
+def consumer_wgs_per_tile(spec: GemmSpec) -> int:
+    """How many 128-thread consumer warpgroups share one CTA tile's accumulator.
+
+    Cooperative tiles of M >= 128 split their rows between the two consumer warpgroups; M = 64 has one
+    64-row WGMMA atom, so one warpgroup owns it; in ping-pong each warpgroup owns a whole tile.
+    """
+    return 2 if spec.schedule == Schedule.cooperative and spec.tile[0] >= 128 else 1
+
+
+def acc_regs(spec: GemmSpec) -> int:
+    """fp32 accumulator values (registers) per consumer thread for one tile."""
+    m, n, _ = spec.tile
+    return m * n // (128 * consumer_wgs_per_tile(spec))
+
+
+def fp8_promoted(spec: GemmSpec) -> bool:
+    """fp8 inputs with the slow, periodically promoted accumulation (two accumulators)."""
+    return spec.a_dtype.is_float8 and not spec.fp8_fast_accum
 
 
 # --- the rules, in order -------------------------------------------------------------------------------
 
-_HALF = {DType.bf16, DType.fp16}
+_HALF = frozenset({DType.bf16, DType.fp16})
+_FP8 = frozenset({DType.e4m3, DType.e5m2})
+_OUT16 = (DType.bf16, DType.fp16, DType.fp32)
+_OUT8 = (*_OUT16, DType.e4m3, DType.e5m2)
+
+
+def _names(dtypes) -> str:
+    *rest, last = [str(d) for d in dtypes]
+    return f"{', '.join(rest)} or {last}" if rest else last
 
 
 @_rule
 def input_dtypes(s: GemmSpec) -> str | None:
     for op, dt in (("a_dtype", s.a_dtype), ("b_dtype", s.b_dtype)):
-        if dt.is_float8:
-            return f"{op} {dt}: fp8 inputs: not yet supported by this build's kernel; use bf16 or fp16"
-        if dt not in _HALF:
-            return f"{op} {dt}: not supported by this build's kernel as an input; use bf16 or fp16"
+        if dt not in _HALF | _FP8:
+            return f"{op} {dt}: not supported as a GEMM input (no tf32 path); use bf16, fp16, e4m3 or e5m2"
     return None
 
 
 @_rule
-def same_input_dtype(s: GemmSpec) -> str | None:
-    if s.a_dtype != s.b_dtype:
+def input_widths(s: GemmSpec) -> str | None:
+    # WGMMA takes A and B of one width: 16-bit x 16-bit or 8-bit x 8-bit.
+    if s.a_dtype.bits != s.b_dtype.bits:
         return (
-            f"a_dtype {s.a_dtype} != b_dtype {s.b_dtype}: mixed-input GEMMs are not supported; use one dtype"
+            f"a_dtype {s.a_dtype} x b_dtype {s.b_dtype}: WGMMA cannot mix a 16-bit with an 8-bit input; "
+            "use two 16-bit or two fp8 inputs (cast the other operand)"
         )
     return None
 
 
 @_rule
-def d_dtype(s: GemmSpec) -> str | None:
-    if s.d_dtype not in (DType.bf16, DType.fp16, DType.fp32):
+def same_16bit_inputs(s: GemmSpec) -> str | None:
+    # fp8 pairs may differ (e4m3 x e5m2 is a WGMMA type); 16-bit pairs may not (no bf16 x fp16 WGMMA).
+    if s.a_dtype in _HALF and s.a_dtype != s.b_dtype:
         return (
-            f"d_dtype {s.d_dtype}: not supported as an output by this build's kernel; use bf16, fp16 or fp32"
+            f"a_dtype {s.a_dtype} != b_dtype {s.b_dtype}: 16-bit inputs must have one dtype (WGMMA has no "
+            "bf16 x fp16 form); use the same dtype for A and B"
+        )
+    return None
+
+
+@_rule
+def fp8_k_major(s: GemmSpec) -> str | None:
+    if s.a_dtype.is_float8 and (s.a_major != AMajor.k or s.b_major != BMajor.k):
+        return (
+            f"a_major {s.a_major}, b_major {s.b_major} with {s.a_dtype} x {s.b_dtype}: fp8 WGMMA reads "
+            "K-major A and B only; use a_major k and b_major k (transpose the operand beforehand)"
         )
     return None
 
@@ -128,33 +220,43 @@ def acc_dtype(s: GemmSpec) -> str | None:
 
 
 @_rule
-def a_major(s: GemmSpec) -> str | None:
-    if s.a_major != AMajor.k:
-        return f"a_major {s.a_major}: not yet supported (this build's kernel reads K-major A); use a_major k"
+def d_dtype(s: GemmSpec) -> str | None:
+    # fp8 D is offered only for fp8 inputs: a 16-bit GEMM that wants fp8 out is a quantization step
+    # (scales, amax) this kernel's epilogue does not do.
+    allowed = _OUT8 if s.a_dtype.is_float8 else _OUT16
+    if s.d_dtype not in allowed:
+        return f"d_dtype {s.d_dtype}: not an output for {s.a_dtype} inputs; use {_names(allowed)}"
     return None
 
 
 @_rule
-def b_major(s: GemmSpec) -> str | None:
-    if s.b_major != BMajor.k:
-        return f"b_major {s.b_major}: not yet supported (this build's kernel reads K-major B); use b_major k"
+def c_dtype(s: GemmSpec) -> str | None:
+    # C is read into fp32 registers next to the accumulator; an 8-bit C would need scaling to be useful.
+    if s.c_dtype is not None and s.c_dtype not in _OUT16:
+        return f"c_dtype {s.c_dtype}: 8-bit C operands are not supported; use c_dtype {_names(_OUT16)}"
     return None
 
 
 @_rule
-def d_major(s: GemmSpec) -> str | None:
-    if s.d_major != DMajor.n:
-        return f"d_major {s.d_major}: not yet supported (this build's kernel writes N-major D); use d_major n"
+def fast_accum(s: GemmSpec) -> str | None:
+    if s.fp8_fast_accum and not s.a_dtype.is_float8:
+        return (
+            f"fp8_fast_accum with {s.a_dtype} inputs: fast accumulation is an fp8 option (16-bit inputs "
+            "always accumulate exactly in fp32); use fp8_fast_accum false"
+        )
     return None
 
 
 @_rule
 def tile_m(s: GemmSpec) -> str | None:
-    # M = 64 runs one consumer warpgroup, M = 128 two (64 rows each), M = 256 two (128 rows each).
-    if s.tile[0] not in (64, 128, 256):
+    # Whole 64-row WGMMA atoms per consumer warpgroup. Cooperative: M = 64 runs one consumer warpgroup,
+    # 128 two (64 rows each), 256 two (128 rows each). Ping-pong: each warpgroup owns a whole tile, so 64
+    # or 128 rows (256 would need 256 accumulator registers per thread).
+    allowed = (64, 128, 256) if s.schedule == Schedule.cooperative else (64, 128)
+    if s.tile[0] not in allowed:
         return (
-            f"tile M {s.tile[0]}: must be 64, 128 or 256 (whole 64-row WGMMA atoms per consumer warpgroup); "
-            "use one of those"
+            f"tile M {s.tile[0]}: must be {', '.join(map(str, allowed))} for the {s.schedule} schedule "
+            "(whole 64-row WGMMA atoms per consumer warpgroup); use one of those"
         )
     return None
 
@@ -173,19 +275,40 @@ def tile_n(s: GemmSpec) -> str | None:
 
 @_rule
 def tile_k(s: GemmSpec) -> str | None:
-    want = default_tile_k(s.a_dtype)
-    if s.tile[2] != want:
+    # 2, 4 or 8 WGMMA k-steps: 64, 128 or 256 bytes of K per A/B row. The default (4) is one 128-byte
+    # swizzle row; 2 suits tiles too big for several stages, 8 halves the barrier traffic per FLOP.
+    step = mma_k(s.a_dtype)
+    allowed = (2 * step, 4 * step, 8 * step)
+    if s.tile[2] not in allowed:
         return (
-            f"tile K {s.tile[2]}: must be {want} for {s.a_dtype} inputs (one 128-byte swizzle row); "
-            "give the tile as [M, N] to get it"
+            f"tile K {s.tile[2]}: must be 2, 4 or 8 MMA k-steps of {step} for {s.a_dtype} inputs, i.e. "
+            f"{', '.join(map(str, allowed))}; use one of those (or give the tile as [M, N] for "
+            f"{allowed[1]})"
         )
     return None
 
 
 @_rule
-def schedule(s: GemmSpec) -> str | None:
-    if s.schedule != Schedule.cooperative:
-        return f"schedule {s.schedule}: not yet supported by this build's kernel; use cooperative"
+def acc_registers(s: GemmSpec) -> str | None:
+    regs = acc_regs(s)
+    m, n, _ = s.tile
+    share = f"{m}x{n} / (128 threads x {consumer_wgs_per_tile(s)} consumer warpgroup(s))"
+    why = (
+        f"the register file is 65536 per SM, {CONSUMER_REGS} per consumer thread after setmaxnreg, of which "
+        f"the accumulator may take {MAX_ACC_REGS}"
+    )
+    if regs > MAX_ACC_REGS:
+        return (
+            f"accumulator registers: a {s.schedule} {m}x{n} tile holds {regs} fp32 values per consumer "
+            f"thread ({share}) > {MAX_ACC_REGS}: {why}; use a smaller tile (or cooperative for M >= 128)"
+        )
+    if fp8_promoted(s) and 2 * regs > MAX_ACC_REGS:
+        return (
+            f"accumulator registers: fp8 with promoted (slow) accumulation keeps two fp32 accumulators, "
+            f"2 x {regs} = {2 * regs} values per consumer thread ({share}) > {MAX_ACC_REGS}: {why}; use "
+            f"fp8_fast_accum true or a tile with at most {MAX_ACC_REGS_FP8_PROMOTED} accumulator values per "
+            "thread"
+        )
     return None
 
 
@@ -209,10 +332,12 @@ def cluster_size(s: GemmSpec) -> str | None:
 
 @_rule
 def smem(s: GemmSpec) -> str | None:
-    ab_stages, _ = smem_plan(s)
-    if ab_stages < MIN_AB_STAGES:
+    plan = smem_plan(s)
+    if plan.ab_stages < MIN_AB_STAGES:
+        c = f" and a {c_smem_bytes(s)} B C buffer" if s.has_c else ""
         return (
-            f"shared memory: {ab_stage_bytes(s)} B per A/B stage leaves room for {ab_stages} stage(s) "
-            f"(need {MIN_AB_STAGES}) next to a {epi_smem_bytes(s)} B epilogue; use a smaller tile"
+            f"shared memory: {ab_stage_bytes(s)} B per A/B stage leaves room for {plan.ab_stages} stage(s) "
+            f"(need {MIN_AB_STAGES}) next to a {epi_smem_bytes(s)} B epilogue{c}; use a smaller tile "
+            "(M, N or K)"
         )
     return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import itertools
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,11 +17,28 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC_FILE = REPO / "kernel_specs.yaml"
 
 CI_IDS = [
+    "sm90_bf16_bf16_bf16_fp32acc_kkm_128x256x64_c1x1_coop_cbf16m",
     "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop",
     "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x2_coop",
+    "sm90_bf16_bf16_bf16_fp32acc_kkn_64x256x64_c1x1_pp",
+    "sm90_bf16_bf16_bf16_fp32acc_mnm_128x128x64_c1x1_coop",
     "sm90_bf16_bf16_fp32_fp32acc_kkn_64x128x64_c1x2_coop",
+    "sm90_e4m3_e4m3_e4m3_fp32acc_kkn_128x128x128_c2x1_coop",
+    "sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_coop_fastacc",
     "sm90_fp16_fp16_fp16_fp32acc_kkn_128x256x64_c2x1_coop",
+    "sm90_fp16_fp16_fp32_fp32acc_mkn_128x128x64_c1x1_coop",
 ]
+# Instances each group of the default profile contributes (an instance two groups produce counts for the
+# first). Bump deliberately when the matrix changes (docs/INSTANCES.md shows the diff).
+DEFAULT_GROUP_COUNTS = {
+    "dense16": 56,
+    "layouts16": 28,
+    "epilogue16": 32,
+    "fp8": 120,
+    "fp8_epilogue": 2,
+    "pingpong": 12,
+    "small_m": 12,
+}
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
 SMALL = {
@@ -74,19 +93,47 @@ def committed() -> Matrix:
 
 def test_committed_default_profile(committed):
     exp = committed.expand("default")
-    assert (
-        len(exp.specs) == 56
-    )  # bump deliberately when the matrix changes (docs/INSTANCES.md shows the diff)
-    assert len(exp.specs) <= 60
-    assert {s.a_dtype for s in exp.specs} == {"bf16", "fp16"}
-    assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32"}
-    assert {s.tile[:2] for s in exp.specs} == {(128, 256), (128, 128), (64, 128), (256, 128)}
+    assert Counter(exp.group_of.values()) == DEFAULT_GROUP_COUNTS
+    assert len(exp.specs) == sum(DEFAULT_GROUP_COUNTS.values()) == 262
+    assert len(exp.specs) <= 280  # build time and wheel size grow linearly with it
+    assert {s.a_dtype for s in exp.specs} == {"bf16", "fp16", "e4m3", "e5m2"}
+    assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32", "e4m3"}
+    assert {s.tile[:2] for s in exp.specs} == {
+        (128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32)
+    }
     assert {s.cluster for s in exp.specs} == {(1, 1), (2, 1), (1, 2), (2, 2)}
     assert all(why_unsupported(s) is None for s in exp.specs)
 
 
-def test_committed_ci_profile_is_exactly_four(committed):
-    assert committed.expand("ci").names() == CI_IDS
+def _shipped(exp, **want) -> list[GemmSpec]:
+    return [s for s in exp.specs if all(getattr(s, k) == v for k, v in want.items())]
+
+
+def test_committed_default_covers_every_supported_combination(committed):
+    """At least one instance per dtype x layout x epilogue combination the issue asks the wheel to ship."""
+    exp = committed.expand("default")
+    for dt in ("bf16", "fp16"):
+        for d in (dt, "fp32"):
+            for am, bm, dm in itertools.product("km", "kn", "nm"):
+                assert _shipped(exp, a_dtype=dt, d_dtype=d, a_major=am, b_major=bm, d_major=dm, c_dtype=None)
+            for dm in "nm":  # C in D's dtype and layout
+                assert _shipped(exp, a_dtype=dt, d_dtype=d, d_major=dm, c_dtype=d, c_major=dm)
+        for sched in ("cooperative", "pingpong"):
+            assert _shipped(exp, a_dtype=dt, schedule=sched)
+    for a, b in itertools.product(("e4m3", "e5m2"), repeat=2):
+        for d in ("bf16", "fp16", "fp32", "e4m3"):
+            for fast in (True, False):
+                assert _shipped(exp, a_dtype=a, b_dtype=b, d_dtype=d, d_major="n", fp8_fast_accum=fast)
+        assert _shipped(exp, a_dtype=a, b_dtype=b, d_dtype="bf16", d_major="m")
+    for fast in (True, False):
+        assert _shipped(exp, a_dtype="e4m3", c_dtype="bf16", fp8_fast_accum=fast)
+    assert _shipped(exp, a_dtype="e4m3", schedule="pingpong", fp8_fast_accum=True)
+
+
+def test_committed_ci_profile_is_exactly_ten_and_in_default(committed):
+    ci = committed.expand("ci").names()
+    assert ci == CI_IDS and len(ci) <= 10
+    assert set(ci) <= set(committed.expand("default").names())
 
 
 @pytest.mark.parametrize("profile", ["default", "ci"])
@@ -148,10 +195,78 @@ def test_exclude_tile_k_defaults_like_axes():
 
 
 def test_unsupported_combinations_are_dropped_with_the_validity_reason():
-    data = small(**{"groups.g.axes.schedule": ["cooperative", "pingpong"]})
+    data = small(**{"groups.g.axes.fp8_fast_accum": [False, True]})
     exp = parse_matrix(data).expand("default")
     assert len(exp.specs) == 8 and len(exp.dropped) == 8
-    assert all(s.schedule == "pingpong" and "pingpong: not yet supported" in r for s, r in exp.dropped)
+    assert all(s.fp8_fast_accum and "fast accumulation is an fp8 option" in r for s, r in exp.dropped)
+
+
+def test_c_dtype_null_is_a_value_and_c_major_applies_only_with_c():
+    data = small(**{"groups.g.axes.c_dtype": [None, "bf16"], "groups.g.axes.c_major": ["n", "m"]})
+    names = expand(data)
+    assert len(names) == 8 * 3  # no C, C n-major, C m-major
+    assert sum(n.endswith("_coop") for n in names) == 8
+    assert (
+        sum(n.endswith("_coop_cbf16n") for n in names) == sum(n.endswith("_coop_cbf16m") for n in names) == 8
+    )
+    specs = parse_matrix(data).expand("default").specs
+    assert all((s.c_major is None) == (s.c_dtype is None) for s in specs)
+
+
+def test_c_fields_zip_with_d_and_fp8_fast_accum_is_an_axis():
+    data = small(
+        **{
+            "groups.g.axes.d_dtype": _DELETE,
+            "groups.g.axes.d_major": _DELETE,
+            "groups.g.axes.tile": [128, 128],
+            "groups.g.axes.cluster": [1, 1],
+            "groups.g.zip": [
+                {"a_dtype": ["e4m3", "e5m2"], "b_dtype": ["e4m3", "e4m3"]},
+                {"d_dtype": ["bf16", "fp32"], "c_dtype": ["bf16", "fp32"]},
+                {"d_major": ["n", "m"], "c_major": ["n", "m"]},
+            ],
+            "groups.g.axes.fp8_fast_accum": [True, False],
+        }
+    )
+    names = expand(data)
+    assert len(names) == 2 * 2 * 2 * 2
+    assert "sm90_e5m2_e4m3_fp32_fp32acc_kkm_128x128x128_c1x1_coop_cfp32m_fastacc" in names
+    assert "sm90_e4m3_e4m3_bf16_fp32acc_kkn_128x128x128_c1x1_coop_cbf16n" in names
+
+
+def test_c_dtype_without_c_major_names_the_group_and_the_fix():
+    data = small(**{"groups.g.axes.c_dtype": ["bf16"]})
+    with pytest.raises(MatrixError) as e:
+        expand(data)
+    msg = str(e.value)
+    assert msg.startswith("groups.g: the combination {") and "c_dtype: bf16" in msg
+    assert "given without c_major" in msg and "set c_major to n or m" in msg
+
+
+def test_exclude_matches_null_c_and_bool_fields():
+    data = small(
+        **{
+            "groups.g.axes.c_dtype": [None, "bf16"],
+            "groups.g.axes.c_major": "n",
+            "groups.g.exclude": [{"c_dtype": None, "a_dtype": "fp16"}],
+        }
+    )
+    exp = parse_matrix(data).expand("default")
+    assert len(exp.specs) == 16 - 4
+    reason = dict((s.name(), r) for s, r in exp.dropped)
+    assert reason["sm90_fp16_fp16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"] == (
+        "excluded by groups.g.exclude[0] {c_dtype: null, a_dtype: fp16}"
+    )
+
+
+def test_group_of_records_the_first_group_that_ships_an_instance():
+    data = small()
+    data["groups"]["h"] = copy.deepcopy(data["groups"]["g"])
+    data["groups"]["h"]["axes"]["tile"] = [[128, 128], [128, 256]]
+    data["profiles"]["default"]["groups"] = ["g", "h"]
+    exp = parse_matrix(data).expand("default")
+    assert Counter(exp.group_of.values()) == {"g": 8, "h": 4}
+    assert list(exp.group_of) == exp.names()
 
 
 def test_instance_from_two_groups_appears_once_and_kept_wins_over_dropped():
@@ -191,6 +306,11 @@ SCHEMA_ERRORS = [
     ({"groups.g.axes.tile": [[128, 128], [128, 0]]}, "groups.g.axes.tile[1]: tile: bad value [128, 0]"),
     ({"groups.g.axes.d_dtype": ["bf16", "bf8"]}, "groups.g.axes.d_dtype[1]: d_dtype: bad value 'bf8'"),
     ({"groups.g.axes.d_dtype": []}, "groups.g.axes.d_dtype: empty list"),
+    ({"groups.g.axes.c_dtype": ["bf16", "e3m4"]}, "groups.g.axes.c_dtype[1]: c_dtype: bad value 'e3m4'"),
+    (
+        {"groups.g.axes.fp8_fast_accum": "yes"},
+        "groups.g.axes.fp8_fast_accum: fp8_fast_accum: bad value 'yes'",
+    ),
     ({"groups.g.axes.schedule": _DELETE}, "groups.g: no value for schedule"),
     (
         {"groups.g.axes.a_dtype": "bf16"},
@@ -246,10 +366,10 @@ def test_profile_expanding_to_zero_instances_is_an_error():
 
 
 def test_exact_kernel_that_is_unsupported_is_an_error_with_the_reason():
-    pp = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_pp"
-    data = small(**{"groups.g.axes.schedule": ["cooperative", "pingpong"], "profiles.default.kernels": [pp]})
+    fast = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop_fastacc"
+    data = small(**{"groups.g.axes.fp8_fast_accum": [False, True], "profiles.default.kernels": [fast]})
     with pytest.raises(
-        MatrixError, match=r"kernels\[0\]: .*_pp is not shipped: schedule pingpong: not yet supported"
+        MatrixError, match=r"kernels\[0\]: .*_fastacc is not shipped: fp8_fast_accum with bf16 inputs"
     ):
         expand(data)
 

@@ -51,10 +51,10 @@ def test_derived_files_are_relative_and_include_instances_doc():
 def test_check_fails_with_a_diff_when_the_doc_is_edited(tree, capsys):
     real_before = (REPO / DOC).read_bytes()
     doc = tree / DOC
-    doc.write_text(doc.read_text().replace("| 6, 4 |", "| 7, 4 |", 1))
+    doc.write_text(doc.read_text().replace("| 6, 4, 0 |", "| 7, 4, 0 |", 1))
     assert run(tree, "--check") == 1
     out, err = capsys.readouterr()
-    assert f"--- a/{DOC}" in out and "-| `sm90_" in out and "| 7, 4 |" in out
+    assert f"--- a/{DOC}" in out and "-| `sm90_" in out and "| 7, 4, 0 |" in out
     assert "stale" in err
     # a plain run repairs the copy, after which --check passes; the real doc was never touched
     assert run(tree) == 0
@@ -107,12 +107,12 @@ def test_invalid_spec_exits_2_with_the_yaml_path(tree, capsys):
 def test_list_default_profile(capsys):
     assert main(["--list"]) == 0
     ids = capsys.readouterr().out.split()
-    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names() and len(ids) == 56
+    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names() and len(ids) == 262
 
 
 def test_list_ci_profile_and_kernel_globs(capsys):
     assert main(["--list", "--profile", "ci"]) == 0
-    assert len(capsys.readouterr().out.split()) == 4
+    assert len(capsys.readouterr().out.split()) == 10
     assert (
         main(["--list", "--kernels", "sm90_fp16_*_64x128x64_*", "*_bf16_fp32acc_*_256x128x64_c2x2_coop"]) == 0
     )
@@ -140,7 +140,7 @@ def test_runs_as_a_module():
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert len(r.stdout.split()) == 4
+    assert len(r.stdout.split()) == 10
 
 
 # --- --explain -----------------------------------------------------------------------------------------
@@ -151,12 +151,32 @@ def test_explain_known_id_without_manifest(tree, capsys):
     out = capsys.readouterr().out
     assert "shipped in profiles: default" in out
     assert "tile: [128, 256, 64]" in out
-    assert "pass  schedule" in out and "FAIL" not in out
+    assert "c_dtype: null" in out and "c_major: null" in out and "fp8_fast_accum: false" in out
+    assert "pass  acc_registers" in out and "FAIL" not in out
+    assert "accumulator: 128 fp32 registers per consumer thread (limit 128" in out
     assert "A/B stage: 128x64 bf16 + 256x64 bf16 = 49152 B" in out
-    assert "epilogue: 128x32 bf16 tile x 4 stages = 32768 B" in out
-    assert "A/B budget: 232448 - 1024 (barriers) - 32768 = 198656 B" in out
-    assert "-> 4 A/B stages (196608 B), 4 epilogue stages" in out
+    assert "D epilogue: 128x32 bf16 tile x 4 stages = 32768 B" in out
+    assert "C epilogue: none (no C operand)" in out
+    assert "A/B budget: 232448 - 1024 (barriers) - 32768 (D) = 198656 B" in out
+    assert "-> SmemPlan(ab_stages=4, epi_stages=4, c_stages=0); A/B ring 196608 B" in out
     assert "no built manifest" in out and "--manifest PATH" in out
+
+
+def test_explain_shows_the_c_operand_and_fp8_accumulation(tree, capsys):
+    with_c = "sm90_bf16_bf16_bf16_fp32acc_kkm_128x256x64_c1x1_coop_cbf16m"
+    assert run(tree, "--explain", with_c) == 0
+    out = capsys.readouterr().out
+    assert "shipped in profiles: default, ci" in out
+    assert "c_dtype: bf16" in out and "c_major: m" in out and "fp8_fast_accum: false" in out
+    assert "C epilogue: 128x32 bf16 tile x 2 stages = 16384 B" in out
+    assert "A/B budget: 232448 - 1024 (barriers) - 32768 (D) - 16384 (C) = 182272 B" in out
+    assert "-> SmemPlan(ab_stages=3, epi_stages=4, c_stages=2)" in out
+    slow = "sm90_e4m3_e4m3_bf16_fp32acc_kkn_128x256x128_c1x1_coop"
+    assert run(tree, "--explain", slow) == 0  # a dropped id is known: explained, with why
+    out = capsys.readouterr().out
+    assert "dropped from profile default: accumulator registers: fp8 with promoted" in out
+    assert "accumulator: 128 fp32 registers per consumer thread x 2 (fp8 promoted accumulation) = 256" in out
+    assert "FAIL  acc_registers" in out
 
 
 def test_explain_prints_the_manifest_record(tree, capsys):
@@ -189,7 +209,7 @@ def test_explain_excluded_id_says_why(tree, capsys):
 def test_explain_unsupported_id_shows_the_failing_rule_and_suggests(tree, capsys):
     assert run(tree, "--explain", KNOWN.replace("_coop", "_pp")) == 1
     out, err = capsys.readouterr()
-    assert "FAIL  schedule: schedule pingpong: not yet supported" in out
+    assert "FAIL  acc_registers: accumulator registers: a pingpong 128x256 tile holds 256 fp32 values" in out
     assert "not in any profile" in err and KNOWN in err
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from codegen import validity
 from codegen.spec import AMajor, BMajor, DMajor, DType, GemmSpec, Schedule, SpecError
-from codegen.validity import check_rules, smem_plan, why_unsupported
+from codegen.validity import SmemPlan, acc_regs, check_rules, epilogue_tile, smem_plan, why_unsupported
 
 BASE_ROW = {
     "a_dtype": "bf16",
@@ -56,6 +56,19 @@ def test_from_row_normalizes_to_enums_and_tuples():
     assert s.a_dtype is DType.bf16 and s.schedule is Schedule.cooperative and s.d_major is DMajor.n
     assert s.acc_dtype is DType.fp32  # default
     assert s.tile == (128, 256, 64) and s.cluster == (2, 1)
+    assert s.c_dtype is None and s.c_major is None and s.fp8_fast_accum is False and not s.has_c  # defaults
+    c = spec(c_dtype="fp32", c_major="m", fp8_fast_accum=True)
+    assert c.c_dtype is DType.fp32 and c.c_major is DMajor.m and c.fp8_fast_accum is True and c.has_c
+    assert spec(c_dtype=None, c_major=None) == spec()  # explicit null is the default
+
+
+def test_c_major_and_c_dtype_come_together():
+    with pytest.raises(SpecError) as e:
+        spec(c_major="n")
+    assert "c_major n given without c_dtype" in str(e.value) and "set c_dtype" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        spec(c_dtype="bf16")
+    assert "c_dtype bf16 given without c_major" in str(e.value) and "set c_major to n or m" in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -120,6 +133,11 @@ def test_missing_key_is_named():
         ("cluster", [2], ["cluster", "[2]"]),
         ("cluster", [0, 1], ["cluster"]),
         ("cluster", [2, 1, 1], ["cluster"]),
+        ("c_dtype", "bf8", ["c_dtype", "'bf8'", "null (none), bf16"]),
+        ("c_major", "k", ["c_major", "'k'", "null (none), n, m"]),
+        ("fp8_fast_accum", "true", ["fp8_fast_accum", "'true'", "true, false"]),
+        ("fp8_fast_accum", 1, ["fp8_fast_accum", "1"]),
+        ("fp8_fast_accum", None, ["fp8_fast_accum", "None"]),
     ],
 )
 def test_bad_values_name_field_value_and_allowed(field, value, must_mention):
@@ -144,13 +162,41 @@ def test_name_format():
     assert s.name() == "sm90_e4m3_e5m2_fp32_fp16acc_mnm_64x48x128_c1x4_pp"
 
 
+@pytest.mark.parametrize(
+    ("changes", "suffix"),
+    [
+        ({"c_dtype": "bf16", "c_major": "n"}, "_coop_cbf16n"),
+        ({"c_dtype": "fp32", "c_major": "m"}, "_coop_cfp32m"),
+        ({"fp8_fast_accum": True}, "_coop_fastacc"),
+        ({"c_dtype": "fp16", "c_major": "n", "fp8_fast_accum": True}, "_coop_cfp16n_fastacc"),
+    ],
+)
+def test_optional_suffixes_follow_the_schedule_in_order(changes, suffix):
+    assert spec(**changes).name() == BASE_ID.removesuffix("_coop") + suffix
+
+
+def test_name_of_the_documented_example():
+    example = "sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc"
+    s = GemmSpec.parse(example)
+    assert (s.a_dtype, s.b_dtype, s.c_dtype, s.c_major, s.fp8_fast_accum) == (
+        "e4m3",
+        "e5m2",
+        "bf16",
+        "n",
+        True,
+    )
+    assert s.schedule is Schedule.pingpong and s.tile == (128, 128, 128) and s.name() == example
+
+
 def _every_spec_in_the_closed_sets():
+    cs = [(None, None)] + [(c, m) for c in DType for m in DMajor]
     for a in DType:
         for am in AMajor:
             for sch in Schedule:
-                yield GemmSpec(a_dtype=a, b_dtype=DType.fp16, d_dtype=DType.fp32, a_major=am,
-                               b_major=BMajor.n, d_major=DMajor.m, tile=(256, 16, 0), cluster=(4, 1),
-                               schedule=sch)  # fmt: skip
+                for (c, cm), fast in zip(cs, [False, True] * len(cs)):
+                    yield GemmSpec(a_dtype=a, b_dtype=DType.fp16, d_dtype=DType.fp32, a_major=am,
+                                   b_major=BMajor.n, d_major=DMajor.m, tile=(256, 16, 0), cluster=(4, 1),
+                                   schedule=sch, c_dtype=c, c_major=cm, fp8_fast_accum=fast)  # fmt: skip
 
 
 @pytest.mark.parametrize("s", list(_every_spec_in_the_closed_sets()), ids=GemmSpec.name)
@@ -171,7 +217,13 @@ def test_parse_is_the_inverse_of_name(s):
         ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_2x1_coop", "cluster token"),
         ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_cooperative", "schedule token"),
         ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1", "need 9"),
-        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_fastacc", "unknown optional token(s) fastacc"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_fast", "unknown optional token 'fast'"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_cbf8n", "unknown optional token 'cbf8n'"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_cbf16k", "c_major: bad value 'k'"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_fastacc_cbf16n", "'cbf16n' is out of order"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_fastacc_fastacc", "out of order or repeated"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_cbf16n_cbf16n", "out of order or repeated"),
+        ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_", "unknown optional token ''"),
         ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x0_c2x1_coop", "not canonical"),
         ("sm90_bf16_bf16_bf16_fp32acc_kkn_0128x256x64_c2x1_coop", "not canonical"),
         ("sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c0x1_coop", "cluster: bad value"),
@@ -194,16 +246,26 @@ def test_to_json_matches_the_contract_and_round_trips():
         "a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "acc_dtype": "fp32",
         "a_major": "k", "b_major": "k", "d_major": "n",
         "tile": [128, 256, 64], "cluster": [2, 1], "schedule": "cooperative",
+        "c_dtype": None, "c_major": None, "fp8_fast_accum": False,
     }  # fmt: skip
-    assert all(type(v) in (str, list) for v in j.values())
+    assert all(type(v) in (str, list, type(None), bool) for v in j.values())
     assert GemmSpec.from_json(json.loads(json.dumps(j))) == spec()
+    c = spec(c_dtype="bf16", c_major="m", fp8_fast_accum=True)
+    jc = c.to_json()
+    assert (jc["c_dtype"], jc["c_major"], jc["fp8_fast_accum"]) == ("bf16", "m", True)
+    assert GemmSpec.from_json(json.loads(json.dumps(jc))) == c
 
 
-def test_from_json_requires_every_field():
+def test_from_json_requires_every_base_field():
     j = spec().to_json()
     del j["acc_dtype"]
     with pytest.raises(SpecError, match="acc_dtype"):
         GemmSpec.from_json(j)
+
+
+def test_from_json_accepts_manifests_written_before_the_epilogue_fields():
+    old = {k: v for k, v in spec().to_json().items() if k not in ("c_dtype", "c_major", "fp8_fast_accum")}
+    assert GemmSpec.from_json(old) == spec()
 
 
 def test_spec_module_is_stdlib_only():
@@ -214,21 +276,24 @@ def test_spec_module_is_stdlib_only():
 # --- validity ------------------------------------------------------------------------------------------
 
 # One spec per rule that fails that rule; the coverage test below makes every new rule add a case here.
+FP8 = {"a_dtype": "e4m3", "b_dtype": "e4m3", "tile": [128, 128]}
 FAILING = {
-    "input_dtypes": ({"a_dtype": "e4m3", "b_dtype": "e4m3"}, "fp8 inputs: not yet supported"),
-    "same_input_dtype": ({"b_dtype": "fp16"}, "mixed-input"),
-    "d_dtype": ({"d_dtype": "e5m2"}, "use bf16, fp16 or fp32"),
+    "input_dtypes": ({"a_dtype": "fp32", "b_dtype": "fp32"}, "use bf16, fp16, e4m3 or e5m2"),
+    "input_widths": ({"b_dtype": "e4m3"}, "cannot mix a 16-bit with an 8-bit input"),
+    "same_16bit_inputs": ({"b_dtype": "fp16"}, "16-bit inputs must have one dtype"),
+    "fp8_k_major": ({**FP8, "b_major": "n"}, "fp8 WGMMA reads K-major A and B only"),
     "acc_dtype": ({"acc_dtype": "fp16"}, "only fp32 accumulation"),
-    "a_major": ({"a_major": "m"}, "not yet supported"),
-    "b_major": ({"b_major": "n"}, "not yet supported"),
-    "d_major": ({"d_major": "m"}, "not yet supported"),
-    "tile_m": ({"tile": [192, 128]}, "must be 64, 128 or 256"),
+    "d_dtype": ({"d_dtype": "e5m2"}, "use bf16, fp16 or fp32"),
+    "c_dtype": ({"c_dtype": "e4m3", "c_major": "n"}, "8-bit C operands are not supported"),
+    "fast_accum": ({"fp8_fast_accum": True}, "fast accumulation is an fp8 option"),
+    "tile_m": ({"tile": [192, 128]}, "must be 64, 128, 256 for the cooperative schedule"),
     "tile_n": ({"tile": [128, 272]}, "multiple of 32 in [32, 256]"),
-    "tile_k": ({"tile": [128, 128, 32]}, "must be 64 for bf16"),
-    "schedule": ({"schedule": "pingpong"}, "pingpong: not yet supported"),
+    "tile_k": ({"tile": [128, 128, 48]}, "2, 4 or 8 MMA k-steps of 16 for bf16 inputs, i.e. 32, 64, 128"),
+    "acc_registers": ({"tile": [256, 256]}, "256 fp32 values per consumer thread"),
     "cluster_dims": ({"cluster": [3, 1]}, "must be 1, 2 or 4"),
     "cluster_size": ({"cluster": [4, 2]}, "limit of 4"),
-    "smem": ({"tile": [256, 256, 128]}, "need 2"),
+    # 98304 B per A/B stage next to 32768 B of fp32 D and 32768 B of fp32 C: one stage
+    "smem": ({"tile": [256, 128, 128], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, "need 2"),
 }
 
 
@@ -247,31 +312,165 @@ def test_each_rule_can_fail_with_a_reason_naming_the_fix(rule):
     verdicts = dict(check_rules(spec(**changes)))
     reason = verdicts[rule]
     assert reason is not None and must_mention in reason, reason
-    assert any(word in reason for word in ("use ", "give ")), f"reason names no fix: {reason}"
+    assert any(word in reason for word in ("use ", "give ", "set ")), f"reason names no fix: {reason}"
     assert why_unsupported(spec(**changes)) is not None
 
 
 def test_why_unsupported_returns_the_first_failure():
-    s = spec(a_dtype="e4m3", b_dtype="e4m3", schedule="pingpong")
-    assert why_unsupported(s) == dict(check_rules(s))["input_dtypes"]
+    s = spec(a_dtype="e4m3", b_dtype="e4m3", a_major="m", tile=[256, 256])
+    assert why_unsupported(s) == dict(check_rules(s))["fp8_k_major"]
+
+
+# --- the kernel scope, case by case (codegen/validity.py) ----------------------------------------------
+
+_16 = [("bf16", "bf16"), ("fp16", "fp16")]
+_8 = [(a, b) for a in ("e4m3", "e5m2") for b in ("e4m3", "e5m2")]
+
+
+@pytest.mark.parametrize(("a", "b"), _16 + _8)
+def test_supported_input_pairs(a, b):
+    assert why_unsupported(spec(a_dtype=a, b_dtype=b, d_dtype="fp32", tile=[128, 128])) is None
+
+
+@pytest.mark.parametrize(("a", "b"), [("bf16", "fp16"), ("fp16", "bf16"), ("bf16", "e4m3"), ("e5m2", "fp16")])
+def test_refused_input_pairs(a, b):
+    assert why_unsupported(spec(a_dtype=a, b_dtype=b, d_dtype="fp32")) is not None
+
+
+@pytest.mark.parametrize("majors", ["kkn", "kkm", "knn", "knm", "mkn", "mkm", "mnn", "mnm"])
+def test_16bit_inputs_take_every_layout(majors):
+    assert why_unsupported(spec(a_major=majors[0], b_major=majors[1], d_major=majors[2])) is None
+
+
+@pytest.mark.parametrize(
+    ("am", "bm", "dm", "ok"),
+    [("k", "k", "n", True), ("k", "k", "m", True), ("m", "k", "n", False), ("k", "n", "n", False)],
+)
+def test_fp8_inputs_need_k_major_a_and_b(am, bm, dm, ok):
+    s = spec(**FP8, a_major=am, b_major=bm, d_major=dm, d_dtype="bf16")
+    assert (validity.fp8_k_major(s) is None) == ok
+
+
+@pytest.mark.parametrize("d", ["bf16", "fp16", "fp32", "e4m3", "e5m2"])
+def test_d_dtypes(d):
+    assert validity.d_dtype(spec(**FP8, d_dtype=d)) is None
+    assert (validity.d_dtype(spec(d_dtype=d)) is None) == (d in ("bf16", "fp16", "fp32"))
+
+
+@pytest.mark.parametrize(("c", "ok"), [("bf16", True), ("fp16", True), ("fp32", True), ("e4m3", False),
+                                       ("e5m2", False)])  # fmt: skip
+def test_c_dtypes(c, ok):
+    for major in ("n", "m"):
+        assert (why_unsupported(spec(tile=[128, 128], c_dtype=c, c_major=major)) is None) == ok
+
+
+def test_fast_accum_only_for_fp8():
+    assert why_unsupported(spec(**FP8, fp8_fast_accum=True)) is None
+    assert why_unsupported(spec(**FP8, fp8_fast_accum=False)) is None
+    assert validity.fast_accum(spec(fp8_fast_accum=True)) is not None
+
+
+@pytest.mark.parametrize(
+    ("sched", "m", "ok"),
+    [("cooperative", 64, True), ("cooperative", 128, True), ("cooperative", 256, True),
+     ("cooperative", 192, False), ("pingpong", 64, True), ("pingpong", 128, True), ("pingpong", 256, False)],
+)  # fmt: skip
+def test_tile_m_per_schedule(sched, m, ok):
+    s = spec(schedule=sched, tile=[m, 64])
+    assert (validity.tile_m(s) is None) == ok
+    if sched == "pingpong" and not ok:
+        assert "must be 64, 128 for the pingpong schedule" in validity.tile_m(s)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "k", "ok"),
+    [("bf16", 32, True), ("bf16", 64, True), ("bf16", 128, True), ("bf16", 256, False), ("bf16", 16, False),
+     ("fp16", 96, False), ("e4m3", 64, True), ("e4m3", 128, True), ("e4m3", 256, True), ("e5m2", 32, False),
+     ("e5m2", 192, False)],
+)  # fmt: skip
+def test_tile_k_is_2_4_or_8_mma_k_steps(dtype, k, ok):
+    assert (validity.tile_k(spec(a_dtype=dtype, b_dtype=dtype, tile=[128, 128, k])) is None) == ok
+
+
+@pytest.mark.parametrize(
+    ("changes", "regs", "ok"),
+    [
+        ({"tile": [128, 256]}, 128, True),  # cooperative: two warpgroups share 128 rows
+        ({"tile": [256, 128]}, 128, True),
+        ({"tile": [256, 256]}, 256, False),
+        ({"tile": [64, 256]}, 128, True),  # M = 64: one warpgroup owns the tile
+        ({"tile": [64, 256], "schedule": "pingpong"}, 128, True),
+        ({"tile": [128, 128], "schedule": "pingpong"}, 128, True),  # pingpong: each warpgroup a whole tile
+        ({"tile": [128, 256], "schedule": "pingpong"}, 256, False),
+        ({**FP8, "tile": [128, 128]}, 64, True),  # fp8 promoted: two accumulators, 2 x 64 fits
+        ({**FP8, "tile": [128, 256]}, 128, False),  # ... 2 x 128 does not
+        ({**FP8, "tile": [128, 256], "fp8_fast_accum": True}, 128, True),
+        ({**FP8, "tile": [128, 128], "schedule": "pingpong"}, 128, False),
+        ({**FP8, "tile": [128, 128], "schedule": "pingpong", "fp8_fast_accum": True}, 128, True),
+    ],
+)
+def test_accumulator_registers(changes, regs, ok):
+    s = spec(**changes)
+    assert acc_regs(s) == regs
+    reason = validity.acc_registers(s)
+    assert (reason is None) == ok
+    if reason is not None:
+        assert "65536 per SM" in reason and "232 per consumer thread after setmaxnreg" in reason
+        if s.a_dtype.is_float8 and not s.fp8_fast_accum and regs <= 128:
+            assert "two fp32 accumulators" in reason and "use fp8_fast_accum true" in reason
+
+
+# --- shared memory plan --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("changes", "want"),
     [
-        ({"tile": [128, 256]}, (4, 4)),  # 49152 B/stage; 232448 - 1024 - 32768 = 198656
-        ({"tile": [128, 256], "d_dtype": "fp32"}, (4, 2)),  # epilogue 2 x 16384 B
-        ({"tile": [128, 128]}, (6, 4)),
-        ({"tile": [64, 128]}, (8, 4)),  # epilogue tile 64x32: 16384 B
-        ({"tile": [256, 128], "d_dtype": "fp32"}, (4, 2)),
-        ({"tile": [256, 256, 128]}, (1, 4)),
+        ({"tile": [128, 256]}, (128, 32)),
+        ({"tile": [256, 128]}, (128, 32)),
+        ({"tile": [128, 128]}, (128, 32)),
+        ({"tile": [64, 128]}, (64, 32)),
+        ({"tile": [128, 128], "schedule": "pingpong"}, (64, 32)),  # each warpgroup stores its own tile
+        ({"tile": [64, 256], "schedule": "pingpong"}, (64, 32)),
+    ],
+)
+def test_epilogue_tile(changes, want):
+    assert epilogue_tile(spec(**changes)) == want
+
+
+@pytest.mark.parametrize(
+    ("changes", "want"),
+    [
+        ({"tile": [128, 256]}, (4, 4, 0)),  # 49152 B/stage; 232448 - 1024 - 32768 = 198656
+        ({"tile": [128, 256], "d_dtype": "fp32"}, (4, 2, 0)),  # epilogue 2 x 16384 B
+        ({"tile": [128, 128]}, (6, 4, 0)),
+        ({"tile": [64, 128]}, (8, 4, 0)),  # epilogue tile 64x32: 16384 B
+        ({"tile": [256, 128], "d_dtype": "fp32"}, (4, 2, 0)),
+        ({"tile": [256, 256, 128]}, (1, 4, 0)),
+        # C: 2 stages of a 128x32 bf16 tile = 16384 B: (232448 - 1024 - 32768 - 16384) // 49152 = 3
+        ({"tile": [128, 256], "c_dtype": "bf16", "c_major": "n"}, (3, 4, 2)),
+        ({"tile": [128, 128], "c_dtype": "bf16", "c_major": "m"}, (5, 4, 2)),  # 182272 // 32768
+        # fp32 D and fp32 C: 32768 + 32768 B; 165888 // 49152 = 3
+        ({"tile": [128, 256], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, (3, 2, 2)),
+        # fp8: each input's own bits: 128x128 + 256x128 bytes = 49152 B/stage; fp8 D keeps 4 stages
+        ({**FP8, "tile": [128, 256], "d_dtype": "e4m3"}, (4, 4, 0)),  # 232448 - 1024 - 16384 = 215040
+        ({**FP8, "d_dtype": "bf16"}, (6, 4, 0)),
+        # pingpong 64x256 bf16: 40960 B/stage, epilogue 64x32 bf16 x 4 = 16384 B: 215040 // 40960 = 5
+        ({"tile": [64, 256], "schedule": "pingpong"}, (5, 4, 0)),
     ],
 )
 def test_smem_plan(changes, want):
-    assert smem_plan(spec(**changes)) == want
+    plan = smem_plan(spec(**changes))
+    assert isinstance(plan, SmemPlan) and plan == want
+    assert (plan.ab_stages, plan.epi_stages, plan.c_stages) == want
 
 
 def test_smem_rule_agrees_with_smem_plan():
-    ok, too_big = spec(tile=[256, 256]), spec(tile=[256, 256, 128])
-    assert smem_plan(ok)[0] >= validity.MIN_AB_STAGES and validity.smem(ok) is None
-    assert smem_plan(too_big)[0] < validity.MIN_AB_STAGES and validity.smem(too_big) is not None
+    ok, too_big = (
+        spec(tile=[256, 128, 128]),
+        spec(tile=[256, 128, 128], d_dtype="fp32", c_dtype="fp32", c_major="n"),
+    )
+    assert smem_plan(ok).ab_stages == validity.MIN_AB_STAGES and validity.smem(ok) is None
+    assert smem_plan(too_big).ab_stages == 1 and validity.smem(too_big) is not None
+    assert "32768 B C buffer" in validity.smem(too_big)
+    assert [name for name, r in check_rules(too_big) if r is not None] == ["smem"]  # only the smem rule
