@@ -3,12 +3,17 @@
 Nothing about the parameter list is assumed. The cubin declares each parameter's ordinal, offset and size
 (KPARAM_INFO, codegen/cubin_info.py); the DSL's exported host code is then run twice on the CPU against a
 stub CUDA runtime (codegen/oracle.py) with two *probe* problems whose every quantity — pointers, extents,
-leading dimensions, batch strides, scalars — is distinct, and each parameter's bytes are explained:
+leading dimensions, batch strides, int32 and float32 scalars — is distinct, and each parameter's bytes are
+explained:
 
-- 128 bytes: a TMA descriptor. Decoded (runtime/tensormap.py); its address names the operand; each
-  descriptor dim and stride is matched by value to a named extent (m, n, k, l) or stride (lda, ...,
-  batch_stride_d). Re-encoding the recipe must reproduce the DSL's meaningful bytes exactly.
-- 4 * r bytes of int32s: a named scalar (r = 1) or the extents of an operand (matched by value).
+- 128 bytes: a TMA descriptor. Decoded (runtime/tensormap.py); its address names the operand (a, b, d, or
+  c when the epilogue reads C); each descriptor dim and stride is matched by value to a named extent
+  (m, n, k, l) or stride (lda, ..., batch_stride_c). Re-encoding the recipe must reproduce the DSL's
+  meaningful bytes exactly.
+- 4 bytes: an int32 scalar or extent (matched as an int32), or a float32 scalar, alpha or beta (matched
+  as a float32; the probes' alpha and beta are exactly representable and far from any int32 bit pattern
+  the probes use, so the two readings cannot both match).
+- 4 * r bytes of int32s (r > 1): the extents of an operand (matched by value).
 - 1 byte: an empty struct the DSL passes for compile-time data (tiled MMA, layouts): opaque.
 Anything a probe cannot explain fails the build with the instance id: a DSL upgrade that changes the
 host code's behaviour is caught here, not on a user's GPU. The grid, block, cluster and shared memory of
@@ -26,13 +31,13 @@ from pathlib import Path
 from runtime import scheduling, tensormap
 
 from .cubin_info import CubinInfo
-from .dsl import SCALAR_ARGS, CompiledInstance
+from .dsl import CompiledInstance, host_scalars, host_tensors
 from .oracle import build_oracle, fatbin_cubins, tensor_struct
-from .spec import GemmSpec
+from .spec import DType, GemmSpec
 
 EXTENTS = ("m", "n", "k", "l")
-STRIDES = ("lda", "ldb", "ldd", "batch_stride_a", "batch_stride_b", "batch_stride_d")
-OPERANDS = ("a", "b", "d")
+OPERANDS = ("a", "b", "d", "c")  # every operand a descriptor may name; C only where the epilogue reads it
+STRIDES = tuple(f"ld{op}" for op in OPERANDS) + tuple(f"batch_stride_{op}" for op in OPERANDS)
 TMA_ALIGN_BYTES = 16
 
 
@@ -44,26 +49,40 @@ class ContractError(RuntimeError):
 class Probe:
     """One problem the host code is run on. `values` maps every name a parameter may carry to its value."""
 
-    values: dict[str, int]
+    values: dict[str, int | float]
 
     def __getitem__(self, name: str) -> int:
         return self.values[name]
 
 
 def operand_rows_cols(operand: str) -> tuple[str, str]:
-    """The (row, column) extent names of an operand, per the launch convention: A is MxK, B NxK, D MxN."""
-    return {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n")}[operand]
+    """The (row, column) extent names of an operand, per the launch convention: A is MxK, B NxK, D and C
+    MxN."""
+    return {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n"), "c": ("m", "n")}[operand]
+
+
+def operand_major(spec: GemmSpec, operand: str) -> str:
+    return {"a": spec.a_major, "b": spec.b_major, "d": spec.d_major, "c": spec.c_major}[operand]
+
+
+def operand_dtype(spec: GemmSpec, operand: str) -> DType:
+    return {"a": spec.a_dtype, "b": spec.b_dtype, "d": spec.d_dtype, "c": spec.c_dtype}[operand]
 
 
 def contiguous_extent(spec: GemmSpec, operand: str) -> str:
     """Name of the operand's unit-stride extent, from its majorness."""
     rows, cols = operand_rows_cols(operand)
-    major = {"a": spec.a_major, "b": spec.b_major, "d": spec.d_major}[operand]
-    return rows if major == rows else cols
+    return rows if operand_major(spec, operand) == rows else cols
+
+
+# Float32 scalars per probe: exactly representable, different between the probes and from each other, and
+# (as int32 bit patterns, ~1e9) far from every integer a probe uses.
+_FLOAT_SCALARS = ({"alpha": 1.5, "beta": -0.75}, {"alpha": 2.25, "beta": 0.5})
 
 
 def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
-    """Two problems with pairwise-distinct values (also across probes, also as byte strides)."""
+    """Two problems whose named integers are pairwise distinct within each probe and differ between the
+    probes (checked: a coincidence would make a parameter ambiguous), and whose floats differ likewise."""
     shapes = (
         {"m": 1048, "n": 2056, "k": 776, "l": 3, "raster_along_m": 1, "group_size": 5, "max_active_clusters": 7},
         {"m": 520, "n": 1032, "k": 264, "l": 2, "raster_along_m": 0, "group_size": 3, "max_active_clusters": 11},
@@ -71,23 +90,28 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
     probes = []
     for p, v in enumerate(shapes):
         v = dict(v)
-        for i, op in enumerate(OPERANDS):
+        for i, op in enumerate(host_tensors(spec)):
             rows, cols = operand_rows_cols(op)
             contiguous = contiguous_extent(spec, op)
             other = cols if contiguous == rows else rows
-            ld = v[contiguous] + 8 * (3 + 2 * i + 7 * p)  # padded, 16-byte aligned for every dtype
+            align = 16 * 8 // operand_dtype(spec, op).bits  # elements per 16 bytes (TMA's rule)
+            ld = -(-v[contiguous] // align) * align + align * (3 + 2 * i + 7 * p)  # padded, aligned
             v[f"ld{op}"] = ld
             v[f"batch_stride_{op}"] = v[other] * ld + 64 * (1 + i + 3 * p)
             v[op] = 0x7F00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x1000 * (i + 2)
         v["stream"] = 0x5117 + p
+        ints = [x for x in v.values() if x not in (0, 1)]  # raster_along_m is a 0/1 flag in both probes
+        if len(set(ints)) != len(ints):
+            raise ContractError(f"{spec.name()}: probe {p} has coinciding values {sorted(ints)}")
+        v.update(_FLOAT_SCALARS[p])
         probes.append(Probe(v))
     return probes[0], probes[1]
 
 
 def _host_args(spec: GemmSpec, probe: Probe) -> list:
-    """The host entry's arguments: three tensor structs, the int32 scalars, the stream."""
+    """The host entry's arguments: the tensor structs, the scalars (`host_scalars` order), the stream."""
     args = []
-    for op in OPERANDS:
+    for op in host_tensors(spec):
         rows, cols = operand_rows_cols(op)
         # Only dynamic modes appear: all three extents, and the two non-unit strides in mode order.
         args.append(
@@ -97,13 +121,14 @@ def _host_args(spec: GemmSpec, probe: Probe) -> list:
                 (probe[f"ld{op}"], probe[f"batch_stride_{op}"]),
             )
         )
-    args += [ctypes.c_int32(probe[name]) for name in SCALAR_ARGS]
+    ctype = {"f32": ctypes.c_float, "i32": ctypes.c_int32}
+    args += [ctype[kind](probe[name]) for name, kind in host_scalars(spec)]
     args.append(ctypes.c_void_p(probe["stream"]))
     return args
 
 
-def _match(value: int, names, probe: Probe, scale: int = 1) -> list[str]:
-    return [n for n in names if probe[n] * scale == value]
+def _match(value, names, probe: Probe, scale: int = 1) -> list[str]:
+    return [n for n in names if n in probe.values and probe[n] * scale == value]
 
 
 def _unique(candidates_per_probe: list[list[str]], what: str) -> str:
@@ -118,11 +143,17 @@ def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str) -> di
     for d in decoded:
         if d["unknown_bits"] or d["l2_promotion"] == "unknown":
             raise ContractError(f"{where}: descriptor bits this runtime cannot encode: {d['unknown_bits']}")
-    operand = _unique([_match(d["global_address"], OPERANDS, p) for d, p in zip(decoded, probes)], where)
-    dtype = str({"a": spec.a_dtype, "b": spec.b_dtype, "d": spec.d_dtype}[operand])
+    operand = _unique(
+        [_match(d["global_address"], host_tensors(spec), p) for d, p in zip(decoded, probes)], where
+    )
+    dtype = str(operand_dtype(spec, operand))
     elem = tensormap.element_bytes(dtype)
-    if decoded[0]["dtype"] != dtype:
-        raise ContractError(f"{where}: descriptor dtype {decoded[0]['dtype']} for a {dtype} operand {operand}")
+    # The descriptor holds a data format, not the dtype: fp8 operands travel as u8 (runtime/tensormap.py).
+    want = tensormap._FORMAT_NAMES[tensormap._DTYPES[dtype][0]]
+    if decoded[0]["dtype"] != want:
+        raise ContractError(
+            f"{where}: descriptor format {decoded[0]['dtype']} for a {dtype} operand {operand} (want {want})"
+        )
     rank = decoded[0]["rank"]
     dims = [
         _unique([_match(d["dims"][i], EXTENTS, p) for d, p in zip(decoded, probes)], f"{where} dim {i}")
@@ -178,22 +209,30 @@ def encode_recipe(recipe: dict, values: dict[str, int]) -> bytes:
     )
 
 
-def _int32_param(raw: list[bytes], probes, where: str) -> dict:
+def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, last_operand: str | None) -> dict:
+    """A parameter of 4-byte words: a scalar (one word, read both as int32 and as float32) or extents."""
     count = len(raw[0]) // 4
     ints = [struct.unpack(f"<{count}i", r) for r in raw]
     if count == 1:
-        names = SCALAR_ARGS + EXTENTS
-        name = _unique([_match(v[0], names, p) for v, p in zip(ints, probes)], where)
+        i32_names = tuple(n for n, kind in host_scalars(spec) if kind == "i32") + EXTENTS
+        f32_names = tuple(n for n, kind in host_scalars(spec) if kind == "f32")
+        floats = [struct.unpack("<f", r)[0] for r in raw]
+        name = _unique(
+            [_match(i[0], i32_names, p) + _match(f, f32_names, p) for i, f, p in zip(ints, floats, probes)],
+            where,
+        )
         if name in EXTENTS:
             return {"kind": "shape", "operand": "problem", "dims": [name]}
-        return {"kind": "i32", "name": name}
+        return {"kind": "f32" if name in f32_names else "i32", "name": name}
     dims = [
         _unique([_match(v[i], EXTENTS, p) for v, p in zip(ints, probes)], f"{where} slot {i}")
         for i in range(count)
     ]
-    operand = next(
-        (op for op in OPERANDS if set(dims) == {*operand_rows_cols(op), "l"}), "problem"
-    )
+    # `operand` is informational (the runtime fills extents by `dims`). D and C share their extents (M, N,
+    # L); the DSL passes each descriptor followed by its coordinate tensor, so the preceding descriptor's
+    # operand breaks the tie.
+    owners = [op for op in host_tensors(spec) if set(dims) == {*operand_rows_cols(op), "l"}]
+    operand = last_operand if last_operand in owners else (owners[0] if owners else "problem")
     return {"kind": "shape", "operand": operand, "dims": dims}
 
 
@@ -210,13 +249,15 @@ def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo
     launches = [oracle.call(_host_args(spec, p)) for p in probes]
 
     records = []
+    last_operand = None
     for i, p in enumerate(params):
         where = f"{name}: kernel parameter {p.ordinal} ({p.size} B at offset {p.offset})"
         raw = [launch.args[i] for launch in launches]
         if p.size == tensormap.DESCRIPTOR_BYTES:
             rec = _tensormap_param(spec, raw, probes, where)
+            last_operand = rec["operand"]
         elif p.size % 4 == 0 and p.size <= 16:
-            rec = _int32_param(raw, probes, where)
+            rec = _word_param(spec, raw, probes, where, last_operand)
         elif p.size == 1:
             rec = {"kind": "opaque"}  # an empty struct: compile-time data only
         else:
@@ -249,7 +290,7 @@ def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo
         "grid": {"kind": "persistent_clusters", "tile_m": tile_m, "tile_n": tile_n, "cluster": [cm, cn]},
         "params": records,
         "param_bytes": max(p.offset + p.size for p in params),
-        "alignment_bytes": {op: TMA_ALIGN_BYTES for op in OPERANDS},
+        "alignment_bytes": {op: TMA_ALIGN_BYTES for op in host_tensors(spec)},
         "min_driver_version": info.min_driver_version,
         "stats": {
             "registers": kernel.registers,

@@ -19,11 +19,27 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import DType, GemmSpec
+from .spec import DType, GemmSpec, Schedule
 
-# The host entry's signature, in order, after the three tensors. Kept here (not only in the kernel) because
-# the contract capture names every launch argument.
-SCALAR_ARGS = ("raster_along_m", "group_size", "max_active_clusters")
+
+def host_tensors(spec: GemmSpec) -> tuple[str, ...]:
+    """The host entry's tensor arguments, in order: A, B, D, then C when the epilogue reads it."""
+    return ("a", "b", "d", "c") if spec.has_c else ("a", "b", "d")
+
+
+def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
+    """The host entry's scalar arguments after the tensors, in order, as (name, kind): kind "f32" is a
+    cutlass.Float32, "i32" a cutlass.Int32. Kept here (not only in the kernel) because the contract capture
+    and the oracle tests build the same call. `beta` exists only when C is read (D = alpha * acc
+    otherwise); `max_active_clusters` sizes the grid on the host and never reaches the kernel."""
+    beta = (("beta", "f32"),) if spec.has_c else ()
+    return (
+        ("alpha", "f32"),
+        *beta,
+        ("raster_along_m", "i32"),
+        ("group_size", "i32"),
+        ("max_active_clusters", "i32"),
+    )
 
 
 def configure_environment(dump_dir: str | os.PathLike) -> None:
@@ -67,7 +83,8 @@ def kernel_config(spec: GemmSpec):
     from .kernels.gemm_sm90 import KernelConfig
     from .validity import epilogue_tile, smem_plan
 
-    ab_stages, epi_stages = smem_plan(spec)
+    plan = smem_plan(spec)
+    fp8 = spec.a_dtype.is_float8 or spec.b_dtype.is_float8
     return KernelConfig(
         a_dtype=cutlass_dtype(spec.a_dtype),
         b_dtype=cutlass_dtype(spec.b_dtype),
@@ -75,16 +92,23 @@ def kernel_config(spec: GemmSpec):
         acc_dtype=cutlass_dtype(spec.acc_dtype),
         tile_mnk=tuple(spec.tile),
         cluster_mn=tuple(spec.cluster),
-        ab_stages=ab_stages,
-        epi_stages=epi_stages,
+        ab_stages=plan.ab_stages,
+        epi_stages=plan.epi_stages,
         epi_tile=epilogue_tile(spec),
+        c_dtype=cutlass_dtype(spec.c_dtype) if spec.has_c else None,
+        c_stages=plan.c_stages,
+        pingpong=spec.schedule == Schedule.pingpong,
+        # fp8 WGMMAs accumulate at reduced precision; without fast accumulation the kernel promotes into
+        # a second fp32 accumulator every k-tile (the seed's slow path).
+        fp8_slow_accum=fp8 and not spec.fp8_fast_accum,
     )
 
 
 def _fake_operands(spec: GemmSpec):
-    """Symbolic tensors describing the runtime's view of A, B, D: extents are int32 (the runtime rejects
-    larger), strides int64 with the 16-byte divisibility TMA requires (the runtime checks it before launch:
-    SymInt divisibility is a hard contract to the compiler)."""
+    """Symbolic tensors describing the runtime's view of A, B, D (and C), in `host_tensors` order: extents
+    are int32 (the runtime rejects larger), strides int64 with the 16-byte divisibility TMA requires (the
+    runtime checks it before launch: SymInt divisibility is a hard contract to the compiler). C is laid out
+    like D (M x N x L) with its own dtype, major and strides."""
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
 
@@ -100,7 +124,10 @@ def _fake_operands(spec: GemmSpec):
     a = operand(spec.a_dtype, m, k, spec.a_major == "m", "a")
     b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b")
     d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d")
-    return a, b, d
+    if not spec.has_c:
+        return a, b, d
+    c = operand(spec.c_dtype, m, n, spec.c_major == "m", "c")
+    return a, b, d, c
 
 
 @dataclass(frozen=True)
@@ -121,14 +148,16 @@ def compile_instance(spec: GemmSpec, out_dir: Path) -> CompiledInstance:
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream
 
-    from .kernels.gemm_sm90 import HopperGemm
+    from .kernels.gemm_sm90 import make_gemm
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    gemm = HopperGemm(kernel_config(spec))
-    a, b, d = _fake_operands(spec)
-    scalars = [cutlass.Int32(1) for _ in SCALAR_ARGS]
+    gemm = make_gemm(kernel_config(spec))  # the host entry's signature depends on whether C is read
+    tensors = _fake_operands(spec)
+    # Placeholder values: the scalars are runtime arguments, only their DSL types shape the compile.
+    dsl_type = {"f32": cutlass.Float32, "i32": cutlass.Int32}
+    scalars = [dsl_type[kind](1) for _, kind in host_scalars(spec)]
     t0 = time.perf_counter()
-    compiled = cute.compile(gemm, a, b, d, *scalars, make_fake_stream())
+    compiled = cute.compile(gemm, *tensors, *scalars, make_fake_stream())
     seconds = time.perf_counter() - t0
     cubin = compiled.__cubin__
     if not cubin:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from . import device, manifest, problem, scheduling
 from .args import ParamPacker
-from .errors import InvalidArgumentError
+from .errors import CorruptArtifactError, InvalidArgumentError
 from .launcher import launch_raw
 from .loader import KernelCache
 from .stream import stream_handle
@@ -37,47 +37,76 @@ class Instance:
     tile: tuple[int, int, int]  # CTA tile (M, N, K)
     cluster: tuple[int, int]  # CTAs per cluster along (M, N)
     schedule: str  # "cooperative" | "pingpong"
+    has_c: bool = False  # the epilogue reads C: D = alpha * acc + beta * C (else D = alpha * acc)
+    c_dtype: str | None = None  # C's dtype, None without C
+    c_major: str | None = None  # "n" | "m": which extent of C (M x N) is contiguous, None without C
+    fp8_fast_accum: bool = False  # fp8 inputs: accumulate without periodic promotion (False otherwise)
 
 
 class _Plan:
     """Everything per instance that `launch` needs and that never changes: built once, then shared.
 
     Per problem shape (extents, leading dims, batch strides, walk overrides) it caches the validated,
-    packed parameter image with zero addresses and the number of cluster tiles (`prepare`); a launch of a
-    known shape then costs a dict lookup, a copy of that image into this thread's parameter buffer and
-    three 8-byte address writes. Reusing one buffer per thread keeps its address stable, so the
+    packed parameter image with zero addresses and scalars, the number of cluster tiles and the operands'
+    byte footprints (`prepare`); a launch of a known shape then costs a dict lookup, a copy of that image
+    into this thread's parameter buffer and 8-byte address / 4-byte alpha, beta writes. Patching alpha and
+    beta per launch (rather than keying the cache on them) costs ~0.1 µs each and keeps a sweep over
+    scales from filling the cache. Reusing one buffer per thread keeps its address stable, so the
     launcher's pointer-array cache hits too (the driver copies parameter values at launch).
     """
 
     __slots__ = (
-        "record", "ops", "packer", "tile_m", "tile_n", "cluster_m", "cluster_n", "address_offsets",
-        "prepared", "local",
+        "record", "ops", "has_c", "packer", "tile_m", "tile_n", "cluster_m", "cluster_n",
+        "off_a", "off_b", "off_d", "off_c", "off_alpha", "off_beta", "prepared", "local",
     )
 
     def __init__(self, record):
         self.record = record
         self.ops = problem.layouts(record.spec)
+        self.has_c = problem.has_c(record.spec)
         self.packer = ParamPacker(record)
         self.tile_m, self.tile_n = record.grid["tile_m"], record.grid["tile_n"]
         self.cluster_m, self.cluster_n = record.cluster[0], record.cluster[1]
-        self.address_offsets = self.packer.address_offsets()
-        self.prepared: dict[tuple, tuple[bytes, int]] = {}
+        addresses = self.packer.address_offsets()
+        scalars = self.packer.scalar_offsets()
+        operands = {op.name for op in self.ops}
+        # A record whose descriptors disagree with its spec (C read or not) cannot be launched correctly.
+        if set(addresses) != operands or self.has_c != ("beta" in scalars):
+            raise CorruptArtifactError(
+                f"the record's descriptors {sorted(addresses)} and scalars {sorted(scalars)} do not match "
+                f"its spec's operands {sorted(operands)}", record.cubin_path, instance=record.id)
+        self.off_a, self.off_b, self.off_d = addresses["a"], addresses["b"], addresses["d"]
+        self.off_c = addresses.get("c")
+        # Records built before alpha existed compute D = acc: they take alpha == 1.0 only.
+        self.off_alpha, self.off_beta = scalars.get("alpha"), scalars.get("beta")
+        self.prepared: dict[tuple, tuple] = {}
         self.local = threading.local()
 
-    def prepare(self, key: tuple, cache: bool = True) -> tuple[bytes, int]:
-        """Validate one problem shape; (parameter image without addresses, total cluster tiles)."""
-        m, n, k, batch, lda, ldb, ldd, bsa, bsb, bsd, raster_along_m, group_size = key
+    def prepare(self, key: tuple, cache: bool = True) -> tuple:
+        """Validate one problem shape; (parameter image without addresses and scales, total cluster tiles,
+        footprint extents of a, b, d, c in bytes, whether c=d would be an exact alias, all footprints)."""
+        m, n, k, batch, lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size = key
         iid = self.record.id
-        values = problem.resolve(iid, self.ops, m, n, k, batch, (lda, ldb, ldd), (bsa, bsb, bsd))
+        lds, bss = (lda, ldb, ldd), (bsa, bsb, bsd)
+        if self.has_c:
+            lds, bss = (*lds, ldc), (*bss, bsc)
+        elif ldc is not None or bsc is not None:
+            raise self.without_c("ldc" if ldc is not None else "batch_stride_c")
+        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss)
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
             values["m"], values["n"], values["l"], self.tile_m, self.tile_n, self.cluster_m, self.cluster_n
         )
         values["raster_along_m"], values["group_size"] = _walk(
             iid, clusters_m, clusters_n, raster_along_m, group_size
         )
-        for op in ("a", "b", "d"):
-            values[op] = 0  # patched per launch
-        entry = (bytes(self.packer.pack(values)), total)
+        for op in self.ops:
+            values[op.name] = 0  # patched per launch
+        values["alpha"] = values["beta"] = 0.0  # patched per launch
+        fps = problem.footprints(self.ops, values)
+        ext_c = fps["c"].extent if self.has_c else 0
+        alias_ok = self.has_c and problem.same_layout(fps["c"], fps["d"])
+        entry = (bytes(self.packer.pack(values)), total, fps["a"].extent, fps["b"].extent, fps["d"].extent,
+                 ext_c, alias_ok, fps)
         if not cache:
             return entry
         if len(self.prepared) >= _PREPARED_PER_INSTANCE:
@@ -92,8 +121,38 @@ class _Plan:
             buf = self.local.buf = (ctypes.c_char * self.record.param_bytes)()
         return buf
 
+    # ---- the slow paths of `launch`: conversions and errors -------------------------------------------
+    def c_pointer(self, c) -> int:
+        if c is None:
+            others = _siblings(self.record, want_c=False)
+            raise InvalidArgumentError(
+                "this instance reads a C operand (D = alpha * A @ B^T + beta * C) but c is None",
+                "pass c=<device pointer of C> (c=d for an in-place update)"
+                + (f", or use an instance without C: {', '.join(others)}" if others else ""),
+                self.record.id)
+        return problem.pointer(self.record.id, "c", c)
+
+    def without_c(self, what: str) -> InvalidArgumentError:
+        others = _siblings(self.record, want_c=True)
+        return InvalidArgumentError(
+            f"{what} given, but this instance does not read a C operand (it computes D = alpha * A @ B^T)",
+            "drop it (and leave beta=0.0)"
+            + (f", or use an instance that reads C: {', '.join(others)}" if others else
+               "; no shipped instance with this spec reads C"),
+            self.record.id)
+
+    def scales(self, alpha, beta) -> tuple[float, float]:
+        """alpha, beta as checked floats (`launch` already took the no-C + beta != 0 case)."""
+        alpha = _scale(self.record.id, "alpha", alpha)
+        if self.off_alpha is None and alpha != 1.0:
+            raise InvalidArgumentError(
+                f"alpha={alpha!r}, but this instance's kernel was built without alpha (D = A @ B^T)",
+                "pass alpha=1.0, or update hgemm-sm90 and its kernels", self.record.id)
+        return alpha, _scale(self.record.id, "beta", beta) if self.has_c else 0.0
+
 
 _PREPARED_PER_INSTANCE = 1024
+_FLT_MAX = 3.4028234663852886e38  # largest finite float32
 _memmove, _pack_into = ctypes.memmove, struct.pack_into
 _MAX_ADDRESS = problem.MAX_ADDRESS
 _lock = threading.Lock()
@@ -119,11 +178,40 @@ def _plan(instance_id: str) -> _Plan:
     return plan
 
 
+def _siblings(record, want_c: bool) -> list[str]:
+    """Ids of shipped instances with `record`'s spec but with (want_c) or without a C operand."""
+    def base(spec):
+        return {k: v for k, v in spec.items() if k not in ("c_dtype", "c_major")}
+
+    return sorted(iid for iid, rec in _kernel_cache().manifest.instances.items()
+                  if problem.has_c(rec.spec) == want_c and base(rec.spec) == base(record.spec))
+
+
+def _scale(iid: str, name: str, v) -> float:
+    """A finite float32 scale. Non-finite values are refused: an inf or NaN scale is almost always an
+    uninitialized variable, and would silently fill D with NaN."""
+    import math
+    import numbers
+
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise InvalidArgumentError(
+            f"{name}={v!r} is not a real number",
+            f"pass {name} as a Python float (float(t) for a CPU tensor; reading a CUDA tensor would "
+            "synchronize, so keep scales on the host)", iid)
+    v = float(v)
+    if not math.isfinite(v) or abs(v) > _FLT_MAX:
+        raise InvalidArgumentError(f"{name}={v!r} is not a finite float32",
+                                   f"pass a finite {name} with |{name}| <= 3.4e38 (the kernel scales in float32)",
+                                   iid)
+    return v
+
+
 def instances() -> list[Instance]:
     """Every kernel instance shipped in this installation, sorted by id. Needs no GPU."""
     out = []
     for iid, rec in sorted(manifest.default().instances.items()):
         s = rec.spec
+        c_dtype = s.get("c_dtype")
         out.append(
             Instance(
                 id=iid,
@@ -137,6 +225,10 @@ def instances() -> list[Instance]:
                 tile=tuple(s["tile"]),
                 cluster=tuple(s["cluster"]),
                 schedule=s["schedule"],
+                has_c=c_dtype is not None,
+                c_dtype=c_dtype,
+                c_major=s.get("c_major") if c_dtype is not None else None,
+                fp8_fast_accum=bool(s.get("fp8_fast_accum", False)),
             )
         )
     return out
@@ -174,27 +266,51 @@ def launch(
     batch_stride_a: int | None = None,
     batch_stride_b: int | None = None,
     batch_stride_d: int | None = None,
+    c: int | None = None,
+    ldc: int | None = None,
+    batch_stride_c: int | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    pdl: bool = False,
     raster_along_m: bool | None = None,
     group_size: int | None = None,
 ) -> None:
-    """Enqueue D = A @ B^T (per batch) with kernel instance `instance_id` on `stream`.
+    """Enqueue D = alpha * A @ B^T + beta * C (per batch) with kernel instance `instance_id` on `stream`.
 
     ptrs: (a, b, d) device pointers as ints; per batch A is m x k, B is n x k, D is m x n, laid out as the
     instance's majorness says (see `instances()`). Leading dimensions and batch strides are in elements
     and default to packed. stream: an int handle (0 = the current context's default stream), a
     cuda.bindings CUstream, or an object with `__cuda_stream__` / `.cuda_stream` (torch, cupy).
+
+    C: instances with `has_c` read an m x n C (their own `c_dtype` and `c_major`) and need `c` (a device
+    pointer; `ldc`, `batch_stride_c` as for D); C batches may overlap. `c=d` with D's layout updates D in
+    place; any other overlap of D with A, B or C is refused, as is D sharing a byte with A or B. Instances
+    without C compute D = alpha * A @ B^T: `c`, `ldc`, `batch_stride_c` must be None and `beta` 0.0 (the
+    error lists the shipped instances that read C). alpha and beta are finite floats, rounded to float32;
+    C is read even when beta == 0 (NaN in C then reaches D: IEEE 0 * NaN = NaN).
+
+    pdl=True (opt-in) launches with programmatic stream serialization (programmatic dependent launch):
+    the kernel may start while the previous kernel in `stream` is still running, overlapping its set-up
+    with that kernel's tail; it waits for the previous grid to complete and flush its memory
+    (griddepcontrol.wait) before its first load, and lets its own dependents start early once its
+    consumers are done (griddepcontrol.launch_dependents). Correct after any predecessor, since ours
+    waits; a successor launched with PDL must itself wait before reading our D. Off by default: it only
+    pays off for back-to-back short kernels, and a profiler shows the overlapping grids.
+
     raster_along_m / group_size override the persistent walk over output tiles (default: see
     hgemm_sm90.scheduling). Returns once the launch is enqueued; raises an `HgemmError` subclass, before
     launching anything, for an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
     """
     plan = _plans.get(instance_id) or _plan(instance_id)
-    key = (m, n, k, batch, lda, ldb, ldd, batch_stride_a, batch_stride_b, batch_stride_d, raster_along_m, group_size)
+    key = (m, n, k, batch, lda, ldb, ldd, ldc, batch_stride_a, batch_stride_b, batch_stride_d, batch_stride_c,
+           raster_along_m, group_size)
     try:
-        image, total = plan.prepared[key]
+        entry = plan.prepared[key]
     except KeyError:
-        image, total = plan.prepare(key)
+        entry = plan.prepare(key)
     except TypeError:  # an unhashable argument: validation names it
-        image, total = plan.prepare(key, cache=False)
+        entry = plan.prepare(key, cache=False)
+    image, total, ext_a, ext_b, ext_d, ext_c, alias_ok, fps = entry
     try:
         a, b, d = ptrs
         fast = type(a) is int and type(b) is int and type(d) is int
@@ -202,14 +318,39 @@ def launch(
         fast = False
     if not (fast and not (a | b | d) & 15 and 0 < a < _MAX_ADDRESS and 0 < b < _MAX_ADDRESS and 0 < d < _MAX_ADDRESS):
         a, b, d = problem.pointers(instance_id, ptrs)  # converts or raises with the reason
+    if plan.has_c:
+        if not (type(c) is int and not c & 15 and 0 < c < _MAX_ADDRESS):
+            c = plan.c_pointer(c)
+        if not (type(beta) is float and -_FLT_MAX <= beta <= _FLT_MAX):  # False for NaN too
+            alpha, beta = plan.scales(alpha, beta)
+        # D may not share a byte with an input, C excepted when it is exactly D (in place: c == d with the
+        # same layout, decided per shape). The exact checks run only when byte ranges meet.
+        if (a < d + ext_d and d < a + ext_a) or (b < d + ext_d and d < b + ext_b) or (
+                (c != d or not alias_ok) and c < d + ext_d and d < c + ext_c):
+            problem.check_overlaps(instance_id, fps, {"a": a, "b": b, "c": c, "d": d})
+    else:
+        if c is not None:
+            raise plan.without_c("c")
+        if beta != 0.0:
+            raise plan.without_c(f"beta={beta!r}")
+        if (a < d + ext_d and d < a + ext_a) or (b < d + ext_d and d < b + ext_b):
+            problem.check_overlaps(instance_id, fps, {"a": a, "b": b, "d": d})
+    if not (type(alpha) is float and -_FLT_MAX <= alpha <= _FLT_MAX) or plan.off_alpha is None:
+        alpha, beta = plan.scales(alpha, beta)
+    if pdl is not False and pdl is not True:
+        raise InvalidArgumentError(f"pdl={pdl!r}", "pass pdl=True or pdl=False", instance_id)
     handle = stream_handle(stream)
     loaded = _kernel_cache().get(device.stream_context(handle), instance_id)
     clusters = loaded.max_active_clusters
     grid = (plan.cluster_m * (total if total < clusters else clusters), plan.cluster_n, 1)
     buf = plan.buffer()
     _memmove(buf, image, len(image))
-    (off_a, off_b, off_d) = plan.address_offsets
-    _pack_into("<Q", buf, off_a, a)
-    _pack_into("<Q", buf, off_b, b)
-    _pack_into("<Q", buf, off_d, d)
-    launch_raw(loaded, grid, handle, buf)
+    _pack_into("<Q", buf, plan.off_a, a)
+    _pack_into("<Q", buf, plan.off_b, b)
+    _pack_into("<Q", buf, plan.off_d, d)
+    if plan.off_alpha is not None:
+        _pack_into("<f", buf, plan.off_alpha, alpha)
+    if plan.has_c:
+        _pack_into("<Q", buf, plan.off_c, c)
+        _pack_into("<f", buf, plan.off_beta, beta)
+    launch_raw(loaded, grid, handle, buf, programmatic_serialization=pdl)

@@ -2,12 +2,14 @@
 
 Everything here follows the record alone (docs/CONTRACT.md): each parameter is written at its offset —
 a TMA descriptor encoded from its recipe (runtime/tensormap.py, byte-equal to the DSL's host code), an
-operand's int32 extents, or a named int32 scalar; opaque parameters stay zero. The CPU oracle tests hold
+operand's int32 extents, a named int32 scalar or a named float32 scalar (alpha, beta; rounded to nearest
+by `struct`, as a C cast does); opaque parameters stay zero. The CPU oracle tests hold
 the result to the DSL's own host code for random problems.
 
 Hot path: descriptors depend on (extents, strides) and, separately, on the pointer. Templates are cached
 per (parameter, extents, strides), so a repeated shape costs one dict lookup and an 8-byte address patch
-per descriptor instead of a full encode.
+per descriptor instead of a full encode. `address_offsets` and `scalar_offsets` tell the launch API where
+the per-launch values (pointers, alpha, beta) sit, so it can patch a cached image instead of re-packing.
 """
 
 from __future__ import annotations
@@ -28,31 +30,36 @@ class ParamPacker:
         self.param_bytes = record.param_bytes
         self._templates: dict[tuple, bytes] = {}
         self._lock = threading.Lock()
-        descs, ints = [], []
+        descs, words, self._scalars = [], [], {}
         for p in record.params:
             if p.kind == "tensormap":
                 r = p.tensormap
                 elem = tensormap.element_bytes(r["dtype"])
                 descs.append((p.index, p.offset, r, r["operand"], tuple(r["dims"]), tuple(r["strides"]), elem))
             elif p.kind == "shape":
-                ints.append((p.offset, f"<{len(p.dims)}i", tuple(p.dims)))
-            elif p.kind == "i32":
-                ints.append((p.offset, "<i", (p.name,)))
+                words.append((p.offset, f"<{len(p.dims)}i", tuple(p.dims)))
+            elif p.kind in ("i32", "f32"):
+                words.append((p.offset, "<i" if p.kind == "i32" else "<f", (p.name,)))
+                self._scalars[p.name] = p.offset
             # "opaque": compile-time data; the buffer's zero bytes are what the kernel ignores
         self._descs = tuple(descs)
-        self._ints = tuple(ints)
+        self._words = tuple(words)  # (offset, struct format, value names)
 
-    def address_offsets(self) -> tuple[int, ...]:
-        """Offsets of the descriptors' 8-byte address words, in operand order a, b, d."""
-        by_operand = {operand: offset for _, offset, _, operand, _, _, _ in self._descs}
-        return tuple(by_operand[op] for op in ("a", "b", "d"))
+    def address_offsets(self) -> dict[str, int]:
+        """Offset of each descriptor's 8-byte address word, by operand (a, b, d, and c if the kernel
+        reads C)."""
+        return {operand: offset for _, offset, _, operand, _, _, _ in self._descs}
+
+    def scalar_offsets(self) -> dict[str, int]:
+        """Offset of each named scalar parameter (i32 and f32), by name."""
+        return dict(self._scalars)
 
     def names(self) -> set[str]:
         """Every problem value `pack` reads."""
         out = set()
         for _, _, _, operand, dims, strides, _ in self._descs:
             out.update((operand, *dims, *strides))
-        for _, _, names in self._ints:
+        for _, _, names in self._words:
             out.update(names)
         return out
 
@@ -68,7 +75,7 @@ class ParamPacker:
                 image = self._new_template(key, recipe, dim_values, stride_bytes)
             buf[offset : offset + tensormap.DESCRIPTOR_BYTES] = image
             tensormap.patch_address(buf, offset, values[operand])
-        for offset, fmt, names in self._ints:
+        for offset, fmt, names in self._words:
             struct.pack_into(fmt, buf, offset, *[values[n] for n in names])
         return buf
 

@@ -25,7 +25,13 @@ CONTRACT_VERSION = 1
 FORMAT = "hgemm-sm90-manifest"
 ARCH = "sm_90a"
 MANIFEST_NAME = "manifest.json"
-PARAM_KINDS = ("tensormap", "shape", "i32", "opaque")
+PARAM_KINDS = ("tensormap", "shape", "i32", "f32", "opaque")
+# The names a parameter may carry: the runtime can fill exactly these (runtime/problem.py, runtime/api.py),
+# so a record naming anything else is rejected here, at load, rather than failing a launch later.
+OPERANDS = ("a", "b", "c", "d")  # c: the epilogue's C operand, only in instances that read it
+EXTENTS = ("m", "n", "k", "l")
+STRIDES = tuple(f"ld{op}" for op in OPERANDS) + tuple(f"batch_stride_{op}" for op in OPERANDS)
+SCALARS = {"i32": ("raster_along_m", "group_size"), "f32": ("alpha", "beta")}
 _RECIPE_STR_FIELDS = ("operand", "dtype", "swizzle", "interleave", "l2_promotion", "oob_fill")
 
 
@@ -37,9 +43,9 @@ class Param:
     kind: str  # one of PARAM_KINDS
     offset: int
     size: int
-    operand: str | None = None  # tensormap, shape
+    operand: str | None = None  # tensormap: a, b, c or d; shape: the same or "problem" (informational)
     dims: tuple[str, ...] = ()  # shape: which extent fills each int32 slot
-    name: str | None = None  # i32: the scalar's name
+    name: str | None = None  # i32, f32: the scalar's name
     tensormap: Mapping[str, object] | None = None  # tensormap: the encoding recipe
 
 
@@ -142,12 +148,20 @@ class _Reader:
             self.fail(_at(where, key), f"must be a list of {n} integers >= {lo}, got {v!r}")
         return tuple(v)
 
-    def strs(self, obj, key, where, n=None) -> tuple[str, ...]:
+    def strs(self, obj, key, where, n=None, allowed=None) -> tuple[str, ...]:
         v = self.get(obj, key, where)
         if not isinstance(v, list) or not v or (n is not None and len(v) != n) or any(
                 not isinstance(x, str) for x in v):
             self.fail(_at(where, key), f"must be a list of {n or 'some'} strings, got {v!r}")
+        if allowed is not None and not set(v) <= set(allowed):
+            self.fail(_at(where, key), f"names {sorted(set(v) - set(allowed))}; known: {list(allowed)}")
         return tuple(v)
+
+    def choice(self, obj, key, where, allowed) -> str:
+        v = self.str_(obj, key, where)
+        if v not in allowed:
+            self.fail(_at(where, key), f"must be one of {list(allowed)}, got {v!r}")
+        return v
 
 
 def _param(r: _Reader, p, i: int, where: str) -> Param:
@@ -161,10 +175,11 @@ def _param(r: _Reader, p, i: int, where: str) -> Param:
         rw = f"{w}.tensormap"
         for k in _RECIPE_STR_FIELDS:
             r.str_(recipe, k, rw)
+        r.choice(recipe, "operand", rw, OPERANDS)
         rank = r.int_(recipe, "rank", rw, lo=1)
-        r.strs(recipe, "dims", rw, rank)
+        r.strs(recipe, "dims", rw, rank, allowed=EXTENTS)
         if rank > 1:
-            r.strs(recipe, "strides", rw, rank - 1)
+            r.strs(recipe, "strides", rw, rank - 1, allowed=STRIDES)
         r.ints(recipe, "box", rw, rank)
         r.ints(recipe, "element_strides", rw, rank)
         operand = p.get("operand", recipe["operand"])
@@ -177,15 +192,16 @@ def _param(r: _Reader, p, i: int, where: str) -> Param:
             r.fail(w, f"a CUtensorMap parameter is 128 bytes, got size {size} at offset {offset}")
         return Param(i, kind, offset, size, operand=operand, tensormap=_freeze(recipe))
     if kind == "shape":
-        operand, dims = r.str_(p, "operand", w), r.strs(p, "dims", w)
+        operand = r.choice(p, "operand", w, (*OPERANDS, "problem"))
+        dims = r.strs(p, "dims", w, allowed=EXTENTS)
         if size != 4 * len(dims) or offset % 4:
             r.fail(w, f"a shape of {len(dims)} int32 is {4 * len(dims)} bytes at a 4-byte aligned "
                       f"offset, got size {size} at offset {offset}")
         return Param(i, kind, offset, size, operand=operand, dims=dims)
-    if kind == "i32":
-        name = r.str_(p, "name", w)
+    if kind in SCALARS:  # i32, f32: one named 4-byte scalar
+        name = r.choice(p, "name", w, SCALARS[kind])
         if size != 4 or offset % 4:
-            r.fail(w, f"an i32 is 4 bytes at a 4-byte aligned offset, got size {size} at offset {offset}")
+            r.fail(w, f"an {kind} is 4 bytes at a 4-byte aligned offset, got size {size} at offset {offset}")
         return Param(i, kind, offset, size, name=name)
     if kind == "opaque":
         return Param(i, kind, offset, size)

@@ -1,16 +1,23 @@
 """Validate one GEMM problem against an instance and fill in defaults, before anything is launched.
 
-Conventions (the seed kernel's): per batch, A is M x K, B is N x K, D is M x N. An operand's majorness
-names its unit-stride extent ("k-major A": K is contiguous). Leading dimensions (`lda`, `ldb`, `ldd`) are
-the strides, in elements, of the other extent; batch strides are in elements too. Both default to packed.
+Conventions (the seed kernel's): per batch, A is M x K, B is N x K, D is M x N, and C (instances whose
+epilogue reads it: D = alpha * acc + beta * C) is M x N with its own dtype and major. An operand's
+majorness names its unit-stride extent ("k-major A": K is contiguous). Leading dimensions (`lda`, `ldb`,
+`ldd`, `ldc`) are the strides, in elements, of the other extent; batch strides are in elements too. Both
+default to packed.
 
 What is checked, each failure an `InvalidArgumentError` naming the fix:
 - sizes are ints in 1 .. 2**31 - 1 (the kernel's extents are int32);
 - pointers are non-null and 16-byte aligned, leading dimensions and batch strides are multiples of
   16 bytes (TMA's rules; the kernel was compiled assuming them, so violating them is undefined behaviour);
 - a leading dimension is at least the contiguous extent (rows may not overlap), and D's batches do not
-  overlap (two CTAs would race on the same outputs); input batches may overlap (a stride smaller than a
-  batch re-reads data, which is well defined).
+  overlap (two CTAs would race on the same outputs); input batches (A, B, C) may overlap (a stride smaller
+  than a batch re-reads data, which is well defined);
+- D shares no byte with A, B or C (CTAs would overwrite inputs other CTAs still read), except that C may
+  be D itself: the same pointer with the same dtype, major, leading dimension and batch stride (an
+  in-place update; each CTA reads its C tile before it writes the same D tile). This needs the pointers,
+  so it runs per launch: `footprints` does the shape arithmetic once per shape, and `check_overlaps`
+  (called only when two byte ranges intersect) decides.
 """
 
 from __future__ import annotations
@@ -22,27 +29,36 @@ TMA_ALIGN = 16
 MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}
 # (row extent, column extent) per operand
-_EXTENTS = {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n")}
+_EXTENTS = {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n"), "c": ("m", "n")}
 
 
 class OperandLayout:
     """How one operand of an instance sits in memory: which extent is contiguous, element size."""
 
-    __slots__ = ("name", "elem", "contiguous", "other")
+    __slots__ = ("name", "dtype", "major", "elem", "contiguous", "other")
 
     def __init__(self, name: str, dtype: str, major: str):
         rows, cols = _EXTENTS[name]
-        self.name, self.elem = name, _BYTES[dtype]
+        self.name, self.dtype, self.major, self.elem = name, dtype, major, _BYTES[dtype]
         self.contiguous = rows if major == rows else cols
         self.other = cols if self.contiguous == rows else rows
 
 
+def has_c(spec) -> bool:
+    """Whether the instance's epilogue reads a C operand (manifests from before C existed lack the key)."""
+    return spec.get("c_dtype") is not None
+
+
 def layouts(spec) -> tuple[OperandLayout, ...]:
-    return (
+    """The instance's operands in launch order: A, B, D, then C if the epilogue reads it."""
+    ops = (
         OperandLayout("a", spec["a_dtype"], spec["a_major"]),
         OperandLayout("b", spec["b_dtype"], spec["b_major"]),
         OperandLayout("d", spec["d_dtype"], spec["d_major"]),
     )
+    if has_c(spec):
+        ops += (OperandLayout("c", spec["c_dtype"], spec["c_major"]),)
+    return ops
 
 
 def _size(name: str, v, instance: str) -> int:
@@ -70,32 +86,34 @@ def _stride(name: str, v, instance: str) -> int:
     return v
 
 
+def pointer(instance: str, name: str, ptr) -> int:
+    """One device pointer as an int: non-null, 16-byte aligned and inside TMA's 57-bit address range."""
+    if type(ptr) is not int:
+        if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
+            raise InvalidArgumentError(
+                f"pointer {name}={ptr!r} is not an int", "pass device pointers as ints", instance
+            )
+        ptr = ptr.__index__()
+    if not 0 < ptr < MAX_ADDRESS or ptr % TMA_ALIGN:
+        raise InvalidArgumentError(
+            f"pointer {name}=0x{ptr:x} is not a {TMA_ALIGN}-byte aligned device address"
+            if ptr
+            else f"pointer {name} is null",
+            f"pass a {TMA_ALIGN}-byte aligned device allocation (a view starting mid-row is not)",
+            instance,
+        )
+    return ptr
+
+
 def pointers(instance: str, ptrs) -> tuple[int, int, int]:
-    """(a, b, d) as ints, each non-null, 16-byte aligned and inside TMA's 57-bit address range."""
+    """(a, b, d) as ints, each checked by `pointer`."""
     if not isinstance(ptrs, (tuple, list)) or len(ptrs) != 3:
         raise InvalidArgumentError(
             f"ptrs={ptrs!r} is not a sequence of three device pointers",
-            "pass ptrs=(a, b, d) as ints, e.g. (a.data_ptr(), b.data_ptr(), d.data_ptr())",
+            "pass ptrs=(a, b, d) as ints, e.g. (a.data_ptr(), b.data_ptr(), d.data_ptr()); C goes in c=",
             instance,
         )
-    out = []
-    for name, ptr in zip("abd", ptrs):
-        if type(ptr) is not int:
-            if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
-                raise InvalidArgumentError(
-                    f"pointer {name}={ptr!r} is not an int", "pass device pointers as ints", instance
-                )
-            ptr = ptr.__index__()
-        if not 0 < ptr < MAX_ADDRESS or ptr % TMA_ALIGN:
-            raise InvalidArgumentError(
-                f"pointer {name}=0x{ptr:x} is not a {TMA_ALIGN}-byte aligned device address"
-                if ptr
-                else f"pointer {name} is null",
-                f"pass a {TMA_ALIGN}-byte aligned device allocation (a view starting mid-row is not)",
-                instance,
-            )
-        out.append(ptr)
-    return out[0], out[1], out[2]
+    return pointer(instance, "a", ptrs[0]), pointer(instance, "b", ptrs[1]), pointer(instance, "d", ptrs[2])
 
 
 def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, batch_strides) -> dict:
@@ -141,3 +159,100 @@ def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, 
         values[ld_name] = ld
         values[bs_name] = bs
     return values
+
+
+# ---- overlap of D with the inputs -----------------------------------------------------------------------
+
+
+class Footprint:
+    """The bytes one operand covers, relative to its pointer: `extent` bytes from it (the last element's
+    end); per batch `batch_extent` bytes every `batch_bytes` bytes (None: one batch), made of rows of
+    `width` bytes every `pitch` bytes. `periodic`: every row starts at the same offset modulo the pitch
+    (one batch, or batch strides a whole number of rows)."""
+
+    __slots__ = ("batch_bytes", "batch_extent", "batch_stride", "extent", "layout", "ld", "periodic", "pitch",
+                 "width")
+
+    def __init__(self, op: OperandLayout, values: dict):
+        ld, bs, l, e = values[f"ld{op.name}"], values[f"batch_stride_{op.name}"], values["l"], op.elem
+        rows = values[op.other]
+        self.layout, self.ld, self.batch_stride = op, ld, bs if l > 1 else None  # unused with one batch
+        self.batch_extent = e * ((rows - 1) * ld + values[op.contiguous])
+        self.batch_bytes = bs * e if l > 1 else None
+        self.extent = e * (l - 1) * bs + self.batch_extent
+        self.pitch, self.width = ld * e, values[op.contiguous] * e
+        self.periodic = l == 1 or (bs * e) % self.pitch == 0
+
+
+def footprints(ops: tuple[OperandLayout, ...], values: dict) -> dict[str, Footprint]:
+    """Each operand's `Footprint` for a problem resolved by `resolve`."""
+    return {op.name: Footprint(op, values) for op in ops}
+
+
+def same_layout(x: Footprint, y: Footprint) -> bool:
+    """Whether x and y at one pointer would be the same matrix (dtype, major, strides; one batch: any
+    batch stride)."""
+    lx, ly = x.layout, y.layout
+    return (lx.dtype, lx.major, x.ld, x.batch_stride) == (ly.dtype, ly.major, y.ld, y.batch_stride)
+
+
+def _disjoint_modulo(period: int, px: int, wx: int, py: int, wy: int) -> bool:
+    """Whether the arcs [px, px + wx) and [py, py + wy) of a circle of `period` bytes do not meet."""
+    delta = (py - px) % period
+    return wx <= delta and delta + wy <= period
+
+
+def _interleaved_disjoint(x: Footprint, px: int, y: Footprint, py: int) -> bool:
+    """True if x and y, though their byte ranges intersect, provably share no byte. Every byte of an
+    operand lies at its pointer plus (batch index * batch stride) plus an offset inside one batch, and at
+    the pointer plus (row * pitch) plus a column offset inside a row; so two operands whose batches (or
+    rows) repeat with one period are disjoint if their per-period windows are disjoint modulo it:
+    - batches side by side (one workspace holding A_0, D_0, A_1, D_1, ...): one batch stride;
+    - columns side by side (A and D in the columns of one wide row-major buffer): one pitch, periodic."""
+    periods = {f.batch_bytes for f in (x, y) if f.batch_bytes is not None}
+    if len(periods) == 1:
+        s = periods.pop()
+        if _disjoint_modulo(s, px, x.batch_extent, py, y.batch_extent):
+            return True
+    if x.pitch == y.pitch and x.periodic and y.periodic:
+        return _disjoint_modulo(x.pitch, px, x.width, py, y.width)
+    return False
+
+
+def check_overlaps(instance: str, fps: dict[str, Footprint], ptrs: dict[str, int]) -> None:
+    """Raise `InvalidArgumentError` if D shares a byte with A, B or C, unless C is exactly D (same pointer
+    and layout). Conservative: ranges that intersect and are not provably disjoint (`_interleaved_disjoint`)
+    count as overlapping."""
+    d, pd = fps["d"], ptrs["d"]
+    for name in ("a", "b", "c"):
+        if name not in fps:
+            continue
+        x, px = fps[name], ptrs[name]
+        if not (px < pd + d.extent and pd < px + x.extent):
+            continue
+        if name == "c" and px == pd:
+            if same_layout(x, d):
+                continue  # in-place update: D = alpha * acc + beta * D
+            lc, ld_ = x.layout, d.layout
+            raise InvalidArgumentError(
+                f"c and d are the same pointer 0x{pd:x} but lay out the matrix differently (C: {lc.dtype} "
+                f"{lc.major}-major, ldc={x.ld}, batch_stride_c={x.batch_stride}; D: {ld_.dtype} "
+                f"{ld_.major}-major, ldd={d.ld}, batch_stride_d={d.batch_stride})",
+                "for an in-place update (c=d) pass ldc=ldd and batch_stride_c=batch_stride_d with an "
+                "instance whose C dtype and major equal D's; otherwise give D its own memory",
+                instance,
+            )
+        if _interleaved_disjoint(d, pd, x, px):
+            continue
+        why = (
+            "C may alias D only exactly (c=d with the same layout, an in-place update)"
+            if name == "c"
+            else f"D is written while other CTAs still read {name.upper()}"
+        )
+        raise InvalidArgumentError(
+            f"output d [0x{pd:x}, 0x{pd + d.extent:x}) overlaps input {name} "
+            f"[0x{px:x}, 0x{px + x.extent:x}): {why}",
+            f"write D to memory that shares no byte with {name.upper()}"
+            + (" (copy the input first for an in-place product)" if name != "c" else ""),
+            instance,
+        )

@@ -78,7 +78,7 @@ def test_installed_wheel_imports_and_lists_instances_without_gpu_dsl_or_driver(c
         "import sys, importlib.util, hgemm_sm90 as h\n"
         "assert importlib.util.find_spec('cutlass') is None, 'the DSL leaked into the clean venv'\n"
         "ids = [i.id for i in h.instances()]\n"
-        "assert len(ids) == 4, ids\n"
+        "assert len(ids) == 10, ids\n"
         "i = h.instances()[0]\n"
         "assert i.tile[2] > 0 and i.cluster and i.schedule == 'cooperative', i\n"
         "bad = {'cutlass', 'codegen', 'jinja2', 'yaml', 'torch'} & {m.split('.')[0] for m in sys.modules}\n"
@@ -86,16 +86,16 @@ def test_installed_wheel_imports_and_lists_instances_without_gpu_dsl_or_driver(c
         "print(len(ids))\n",
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "4"
+    assert done.stdout.strip() == "10"
 
 
 def test_launch_without_driver_bindings_raises_a_typed_error_naming_the_fix(clean_venv):
     done = _run(
         clean_venv,
         "import hgemm_sm90 as h\n"
-        "iid = h.instances()[0].id\n"
+        "iid = next(i.id for i in h.instances() if not i.has_c)\n"
         "try:\n"
-        "    h.launch(iid, (256, 512, 768), 0, m=128, n=128, k=64)\n"
+        "    h.launch(iid, (1 << 40, 2 << 40, 3 << 40), 0, m=128, n=128, k=128)\n"
         "except h.HgemmError as e:\n"
         "    print(type(e).__name__, '|', e)\n",
     )
@@ -109,9 +109,9 @@ def test_unknown_instance_suggests_close_ids(clean_venv):
     done = _run(
         clean_venv,
         "import hgemm_sm90 as h\n"
-        "iid = h.instances()[0].id\n"
+        "iid = next(i.id for i in h.instances() if not i.has_c)\n"
         "try:\n"
-        "    h.launch(iid.replace('c1x', 'c9x').replace('c2x', 'c9x'), (256, 512, 768), 0, m=1, n=1, k=8)\n"
+        "    h.launch(iid.replace('c1x', 'c9x').replace('c2x', 'c9x'), (1 << 40, 2 << 40, 3 << 40), 0, m=1, n=1, k=16)\n"
         "except h.UnknownInstanceError as e:\n"
         "    print(e.suggestions[0] == iid)\n",
     )

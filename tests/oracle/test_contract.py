@@ -1,10 +1,11 @@
 """The runtime's launch arguments, byte for byte against the DSL's own host code, for the `ci` profile.
 
 For each `ci` instance and 50 random problems (extents, padded leading dimensions and batch strides,
-pointers, raster order, group size, number of resident clusters), the DSL host code is run on the CPU
-against the stub CUDA runtime (codegen/oracle.py) and its launch is compared with what `hgemm_sm90`
-builds from the manifest alone: every parameter's bytes (TMA descriptors: their 64 meaningful bytes; the
-DSL leaves the rest uninitialized), the grid (manifest grid rule), block, cluster and shared memory.
+pointers — C's too where the epilogue reads it —, alpha and beta, raster order, group size, number of
+resident clusters), the DSL host code is run on the CPU against the stub CUDA runtime (codegen/oracle.py)
+and its launch is compared with what `hgemm_sm90` builds from the manifest alone: every parameter's bytes
+(TMA descriptors: their 64 meaningful bytes; the DSL leaves the rest uninitialized; float32 scalars byte
+for byte, so both sides must round alike), the grid (manifest grid rule), block, cluster and shared memory.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import random
 
 import pytest
 
-from codegen.contract import OPERANDS, operand_rows_cols
-from codegen.dsl import SCALAR_ARGS
+from codegen.contract import operand_rows_cols
+from codegen.dsl import host_scalars, host_tensors
 from codegen.oracle import build_oracle, tensor_struct
 from runtime import manifest as manifest_mod
 from runtime import problem, scheduling, tensormap
@@ -31,7 +32,7 @@ def _random_problem(rng: random.Random, rec) -> dict:
     batch = rng.choice([1, 1, 2, 3, 7])
     lds, batch_strides, ptrs = [], [], []
     extents = {"m": m, "n": n, "k": k}
-    for op in ops:
+    for op in ops:  # a, b, d, then c if the instance reads it
         align = 16 // op.elem
         contiguous = -(-extents[op.contiguous] // align) * align  # round up to 16 bytes
         ld = contiguous + align * rng.choice([0, 0, 1, rng.randint(0, 100)])
@@ -40,8 +41,13 @@ def _random_problem(rng: random.Random, rec) -> dict:
         packed = extents[op.other] * ld
         batch_strides.append(rng.choice([None, packed + align * rng.randint(0, 1000)]))
         ptrs.append(rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 16 * 16)
+
+    def scale():  # float32-rounding cases too: the two sides must round alike
+        return rng.choice([rng.uniform(-8, 8), rng.uniform(-1e-3, 1e-3), 0.0, -0.0, 1.0, 3.0e38, 0.1])
+
     return dict(
         ptrs=tuple(ptrs), m=m, n=n, k=k, batch=batch, lds=tuple(lds), batch_strides=tuple(batch_strides),
+        alpha=scale(), beta=scale(),
         raster_along_m=rng.randint(0, 1), group_size=rng.randint(1, 16), max_active_clusters=rng.randint(1, 200),
     )
 
@@ -68,8 +74,11 @@ def kernels(ci_build, tmp_path_factory):
 def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
-        assert kinds.count("tensormap") == 3, (spec.name(), kinds)
+        assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(host_tensors(spec)), kinds
         assert {p.name for p in rec.params if p.kind == "i32"} == {"raster_along_m", "group_size"}
+        assert {p.name for p in rec.params if p.kind == "f32"} == ({"alpha", "beta"} if spec.has_c else {"alpha"})
+        assert set(rec.alignment_bytes) == set(host_tensors(spec))
+        assert set(kinds) <= {"tensormap", "shape", "i32", "f32", "opaque"}
 
 
 @pytest.mark.parametrize("case_seed", [0])
@@ -83,11 +92,12 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
             values = problem.resolve(
                 rec.id, ops, pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"]
             )
-            values.update(zip("abd", problem.pointers(rec.id, pr["ptrs"])))
-            values["raster_along_m"], values["group_size"] = pr["raster_along_m"], pr["group_size"]
+            values.update(zip([op.name for op in ops], pr["ptrs"]))
+            for name in ("alpha", "beta", "raster_along_m", "group_size"):
+                values[name] = pr[name]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
             args = []
-            for op in OPERANDS:
+            for op in host_tensors(spec):
                 rows, cols = operand_rows_cols(op)
                 args.append(
                     tensor_struct(
@@ -97,7 +107,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                     )
                 )
             scalar = {**values, "max_active_clusters": pr["max_active_clusters"]}
-            args += [ctypes.c_int32(scalar[name]) for name in SCALAR_ARGS]
+            ctype = {"f32": ctypes.c_float, "i32": ctypes.c_int32}
+            args += [ctype[kind](scalar[name]) for name, kind in host_scalars(spec)]
             args.append(ctypes.c_void_p(0xABC0))
             want = oracle.call(args)
 

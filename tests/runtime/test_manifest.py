@@ -205,3 +205,35 @@ def test_extra_fields_are_ignored(tmp_path):
     doc = make_doc({"x": rec})
     doc["also_new"] = True
     assert load_doc(tmp_path, doc).record("x").symbol == "kernel_x"
+
+
+def test_record_with_c_epilogue_loads(tmp_path):
+    rec = load_doc(tmp_path, make_doc({"c": make_record("c", with_c=True)})).record("c")
+    assert [p.operand for p in rec.params if p.kind == "tensormap"] == ["a", "b", "d", "c"]
+    assert [p.operand for p in rec.params if p.kind == "shape"] == ["a", "b", "d", "c"]
+    assert [(p.name, p.offset, p.size) for p in rec.params if p.kind == "f32"] == [("alpha", 764, 4),
+                                                                                 ("beta", 768, 4)]
+    assert rec.alignment_bytes["c"] == 16 and rec.spec["c_dtype"] == "bf16"
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("params", 8, "size"), 8, r"params\[8\] an f32 is 4 bytes at a 4-byte aligned offset, got size 8"),
+    (("params", 8, "offset"), 762, r"params\[8\] an f32 is 4 bytes .* at offset 762"),
+    (("params", 8, "name"), "gamma", r"params\[8\]\.name must be one of \['alpha', 'beta'\]"),
+    (("params", 8, "name"), None, r"params\[8\]\.name must be a non-empty string"),
+    (("params", 10, "name"), "alpha", r"params\[10\]\.name must be one of \['raster_along_m', 'group_size'\]"),
+    (("params", 6, "tensormap", "operand"), "e", r"params\[6\]\.tensormap\.operand must be one of"),
+    (("params", 7, "operand"), "e", r"params\[7\]\.operand must be one of \['a', 'b', 'c', 'd', 'problem'\]"),
+    (("params", 7, "dims"), ["m", "x", "l"], r"params\[7\]\.dims names \['x'\]"),
+    (("params", 6, "tensormap", "dims"), ["n", "x", "l"], r"params\[6\]\.tensormap\.dims names \['x'\]"),
+    (("params", 6, "tensormap", "strides"), ["ldc", "batch_stride_e"],
+     r"params\[6\]\.tensormap\.strides names \['batch_stride_e'\]"),
+])
+def test_malformed_c_and_f32_fields_are_named(tmp_path, path, value, message):
+    doc = make_doc({"c": make_record("c", with_c=True)})
+    target = doc["instances"]["c"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(CorruptArtifactError, match=message):
+        load_doc(tmp_path, doc)
