@@ -292,12 +292,23 @@ def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo
         "param_bytes": max(p.offset + p.size for p in params),
         "alignment_bytes": {op: TMA_ALIGN_BYTES for op in host_tensors(spec)},
         "min_driver_version": info.min_driver_version,
+        # The kernel source issues griddepcontrol.wait before its first global read, so the runtime may
+        # launch it with programmatic stream serialization (launch(..., pdl=True)).
+        "pdl": _kernel_waits_for_predecessor(),
         "stats": {
             "registers": kernel.registers,
             "local_bytes": kernel_local_bytes(kernel),
             "static_smem_bytes": kernel.static_smem_bytes,
         },
     }
+
+
+def _kernel_waits_for_predecessor() -> bool:
+    # Imported here, not at module level: the kernel module imports cutlass, which must only be imported
+    # after codegen.dsl.configure_environment (the DSL reads its target arch at import time).
+    from .kernels.gemm_sm90 import KERNEL_WAITS_FOR_PREDECESSOR
+
+    return KERNEL_WAITS_FOR_PREDECESSOR
 
 
 def kernel_local_bytes(kernel) -> int:

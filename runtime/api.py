@@ -337,8 +337,16 @@ def launch(
             problem.check_overlaps(instance_id, fps, {"a": a, "b": b, "d": d})
     if not (type(alpha) is float and -_FLT_MAX <= alpha <= _FLT_MAX) or plan.off_alpha is None:
         alpha, beta = plan.scales(alpha, beta)
-    if pdl is not False and pdl is not True:
-        raise InvalidArgumentError(f"pdl={pdl!r}", "pass pdl=True or pdl=False", instance_id)
+    if pdl is not False:
+        if pdl is not True:
+            raise InvalidArgumentError(f"pdl={pdl!r}", "pass pdl=True or pdl=False", instance_id)
+        if not plan.record.pdl:
+            raise InvalidArgumentError(
+                "pdl=True, but this instance's kernel does not wait for its predecessor (the manifest does "
+                "not mark it pdl-capable), so an early start would race",
+                "launch it with pdl=False, or rebuild the kernels with this source tree",
+                instance_id,
+            )
     handle = stream_handle(stream)
     loaded = _kernel_cache().get(device.stream_context(handle), instance_id)
     clusters = loaded.max_active_clusters

@@ -68,6 +68,7 @@ class InstanceRecord:
     param_bytes: int
     alignment_bytes: Mapping[str, int]
     stats: Mapping[str, object]
+    pdl: bool = False  # the kernel waits on its predecessor (griddepcontrol.wait): pdl=True is safe
 
     @property
     def cluster_size(self) -> int:
@@ -253,13 +254,16 @@ def _record(r: _Reader, iid: str, rec, directory: str) -> InstanceRecord:
     stats = rec.get("stats", {})
     if not isinstance(stats, dict):
         r.fail(f"{where}.stats", "must be a JSON object")
+    pdl = rec.get("pdl", False)
+    if type(pdl) is not bool:
+        r.fail(f"{where}.pdl", f"must be true or false, got {pdl!r}")
     return InstanceRecord(
         id=iid, spec=_freeze(r.map_(rec, "spec", where)), cubin=cubin,
         cubin_path=os.path.join(directory, cubin), sha256=sha,
         cubin_bytes=r.int_(rec, "cubin_bytes", where, lo=1), symbol=r.str_(rec, "symbol", where),
         block=block, cluster=cluster, smem_bytes=r.int_(rec, "smem_bytes", where),
         grid=_grid(r, rec, where, cluster), params=params, param_bytes=param_bytes,
-        alignment_bytes=_freeze(align), stats=_freeze(stats))
+        alignment_bytes=_freeze(align), stats=_freeze(stats), pdl=pdl)
 
 
 def parse(doc, path: str) -> Manifest:

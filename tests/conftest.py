@@ -20,6 +20,17 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+def pytest_configure(config):
+    """Configure the DSL for sm_90a cross-compilation before any test imports cutlass: the DSL reads its
+    target arch and artifact settings once, at import, so whichever test imported it first would otherwise
+    decide for all (seen: an sm_100a cubin when a module imported the kernel before a test set the arch)."""
+    import tempfile
+
+    from codegen.dsl import configure_environment
+
+    configure_environment(tempfile.mkdtemp(prefix="hgemm-test-dsl-dump-"))
+
+
 def have_compiler_tier() -> str | None:
     """None if the CPU build tier can run here, else why not."""
     if importlib.util.find_spec("cutlass") is None:

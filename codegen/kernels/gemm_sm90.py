@@ -53,6 +53,10 @@ CONSUMER_REGISTERS = 232
 EPILOGUE_BARRIER = 1  # + warpgroup index under ping-pong
 MMA_TURN_BARRIER = 3  # + warpgroup index
 EPI_TURN_BARRIER = 5  # + warpgroup index
+# The producer issues griddepcontrol.wait before its first load (and every other global access follows
+# one of its loads), so a launch with programmatic stream serialization cannot read stale data. Recorded
+# in each manifest record as "pdl": the runtime refuses pdl=True for kernels without it.
+KERNEL_WAITS_FOR_PREDECESSOR = True
 
 
 @dataclass(frozen=True)

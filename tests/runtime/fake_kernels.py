@@ -71,6 +71,7 @@ def make_record(iid: str, cluster=(2, 1, 1), smem=232448, with_c: bool = False) 
         "params": copy.deepcopy(PARAMS), "param_bytes": PARAM_BYTES,
         "alignment_bytes": {"a": 16, "b": 16, "d": 16},
         "stats": {"registers": 168, "spill_bytes": 0, "compile_seconds": 1.1},
+        "pdl": True,
     }
     if with_c:
         record["spec"].update(c_dtype="bf16", c_major="n", fp8_fast_accum=False)

@@ -447,3 +447,15 @@ def test_overlap_check_never_passes_operands_that_share_a_byte():
             continue
         assert not clash, (case, values, ptrs)
     assert raised > 100 and passed > 100, (raised, passed)  # both verdicts were exercised
+
+
+def test_pdl_needs_a_kernel_that_waits_for_its_predecessor(ci, fake, monkeypatch):
+    import dataclasses
+
+    iid = next(i for i in ci.instances if "_c" not in i.split("coop")[-1])
+    rec = ci.record(iid)
+    assert rec.pdl  # every kernel of this source tree issues griddepcontrol.wait
+    hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
+    monkeypatch.setitem(api._plans, iid, api._Plan(dataclasses.replace(rec, pdl=False)))
+    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="does not wait for its predecessor"):
+        hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
