@@ -14,7 +14,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from . import device, manifest, problem, scheduling
+from . import device, knobs, manifest, problem, scheduling
 from .args import ParamPacker
 from .errors import CorruptArtifactError, InvalidArgumentError
 from .launcher import launch_raw
@@ -251,6 +251,26 @@ def _walk(iid: str, clusters_m: int, clusters_n: int, raster_along_m, group_size
     return along_m, group
 
 
+_pointer_checks: bool | None = None
+
+
+def _check_pointers() -> bool:
+    """Whether launches verify their operands' device (HGEMM_CHECK_POINTERS; decided once)."""
+    global _pointer_checks
+    if _pointer_checks is None:
+        mode = knobs.get().check_pointers
+        _pointer_checks = mode == "always" or (mode == "auto" and device.device_count() > 1)
+    return _pointer_checks
+
+
+def _pointers_on(loaded, instance_id: str, a: int, b: int, d: int, c: int | None) -> None:
+    """DeviceMismatchError unless every operand is accessible from the device the kernel runs on."""
+    allow_peer = knobs.get().allow_peer_pointers
+    for operand, ptr in (("a", a), ("b", b), ("d", d), ("c", c)):
+        if ptr is not None:
+            device.check_pointer(ptr, loaded.device, operand, instance_id, allow_peer=allow_peer)
+
+
 def launch(
     instance_id: str,
     ptrs,
@@ -349,6 +369,8 @@ def launch(
             )
     handle = stream_handle(stream)
     loaded = _kernel_cache().get(device.stream_context(handle), instance_id)
+    if _check_pointers():
+        _pointers_on(loaded, instance_id, a, b, d, c if plan.has_c else None)
     clusters = loaded.max_active_clusters
     grid = (plan.cluster_m * (total if total < clusters else clusters), plan.cluster_n, 1)
     buf = plan.buffer()

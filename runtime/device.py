@@ -84,6 +84,17 @@ def context_device(ctx: int) -> int:
     return dev
 
 
+_device_count: int | None = None
+
+
+def device_count() -> int:
+    """Number of CUDA devices visible to this process (read once)."""
+    global _device_count
+    if _device_count is None:
+        _device_count = int(check(driver.cu().cuDeviceGetCount(), "cuDeviceGetCount"))
+    return _device_count
+
+
 def forget_context(ctx: int) -> None:
     """Drop what is cached about ``ctx`` (call after destroying it)."""
     _ctx_device.pop(ctx, None)

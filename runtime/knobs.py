@@ -9,6 +9,13 @@ once, on first use (not at import, so a malformed value fails at the first call 
 - ``HGEMM_VERIFY_SHA256``: 1 (default) / 0. Verify each cubin's sha256 against the manifest when it is
   first read; costs about a millisecond per MB of cubin, once per load.
 - ``HGEMM_LOG_LEVEL``: debug / info / warning (default) / error / critical, for the ``hgemm_sm90`` logger.
+- ``HGEMM_CHECK_POINTERS``: auto (default) / always / never. Before each launch, ask the driver which
+  device every operand lives on and refuse one the stream's device cannot access (``DeviceMismatchError``).
+  ``auto`` checks when more than one device is visible — the only case where a pointer can belong to
+  another GPU — and skips the ~1 µs-per-operand driver query on single-GPU processes.
+- ``HGEMM_ALLOW_PEER_POINTERS``: 0 (default) / 1. Accept operands on another device that can access this
+  one as a peer. The driver cannot tell whether peer access is *enabled*, so this is the caller's promise
+  (``cuCtxEnablePeerAccess`` / ``torch`` did it); launching on peer memory without it faults.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from .errors import KnobError
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _LEVELS = ("debug", "info", "warning", "error", "critical")
+_POINTER_CHECKS = ("auto", "always", "never")
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -50,6 +58,15 @@ def _level(env: Mapping[str, str], name: str, default: str) -> str:
     return raw
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise KnobError(name, raw, "one of " + "/".join(choices))
+    return raw
+
+
 @dataclass(frozen=True)
 class Knobs:
     """The runtime's configuration; build one with ``from_env`` (tests pass their own mapping)."""
@@ -58,6 +75,8 @@ class Knobs:
     verify_sha256: bool = True
     log_level: str = "warning"
     log_level_set: bool = False  # True when HGEMM_LOG_LEVEL was given explicitly
+    check_pointers: str = "auto"
+    allow_peer_pointers: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Knobs:
@@ -67,6 +86,8 @@ class Knobs:
             verify_sha256=_bool(env, "HGEMM_VERIFY_SHA256", True),
             log_level=_level(env, "HGEMM_LOG_LEVEL", "warning"),
             log_level_set=bool(env.get("HGEMM_LOG_LEVEL", "").strip()),
+            check_pointers=_choice(env, "HGEMM_CHECK_POINTERS", _POINTER_CHECKS, "auto"),
+            allow_peer_pointers=_bool(env, "HGEMM_ALLOW_PEER_POINTERS", False),
         )
 
 

@@ -205,6 +205,10 @@ class FakeDriver:
             return (err or CUresult.CUDA_ERROR_INVALID_CONTEXT, 0)
         return (CUresult.CUDA_SUCCESS, self.contexts[stack[-1]])
 
+    def cuDeviceGetCount(self):
+        err = self._enter("cuDeviceGetCount")
+        return (err, 0) if err else (CUresult.CUDA_SUCCESS, len(self.devices))
+
     def cuDeviceGetAttribute(self, attr, dev):
         err = self._enter("cuDeviceGetAttribute", attr, dev)
         d = self.devices[int(dev)]

@@ -459,3 +459,58 @@ def test_pdl_needs_a_kernel_that_waits_for_its_predecessor(ci, fake, monkeypatch
     monkeypatch.setitem(api._plans, iid, api._Plan(dataclasses.replace(rec, pdl=False)))
     with pytest.raises(hgemm_sm90.InvalidArgumentError, match="does not wait for its predecessor"):
         hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
+
+
+def _without_c(man) -> str:
+    return next(i for i in man.instances if not man.record(i).spec.get("c_dtype"))
+
+
+@pytest.fixture
+def pointer_checks(monkeypatch):
+    """Re-decide HGEMM_CHECK_POINTERS for this test (the runtime decides once per process)."""
+    from hgemm_sm90 import device, knobs
+
+    monkeypatch.setattr(api, "_pointer_checks", None)
+    monkeypatch.setattr(device, "_device_count", None)
+
+    def set_mode(mode="auto", allow_peer=False):
+        monkeypatch.setattr(knobs, "_knobs", knobs.Knobs(check_pointers=mode, allow_peer_pointers=allow_peer))
+
+    return set_mode
+
+
+def test_single_gpu_processes_skip_the_pointer_query(ci, fake, pointer_checks):
+    pointer_checks("auto")
+    hgemm_sm90.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
+    assert fake.count("cuPointerGetAttribute") == 0 and fake.count("cuLaunchKernelEx") == 1
+
+
+def test_pointers_on_another_gpu_are_refused_before_launching(ci, fake, pointer_checks):
+    from fake_driver import Device
+
+    fake.devices[1] = Device()
+    fake.contexts[0x1001] = 1
+    pointer_checks("auto")
+    iid = _without_c(ci)
+    stream0 = fake.new_stream(fake.ctx(0))
+    fake.pointers.update({A: (0, False), B: (1, False), D: (0, False)})
+    with pytest.raises(hgemm_sm90.DeviceMismatchError) as err:
+        hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    assert "'b'" in str(err.value) and err.value.instance == iid
+    assert fake.count("cuLaunchKernelEx") == 0
+    fake.pointers[B] = (1, True)  # managed memory is accessible from every device
+    hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    fake.pointers[B] = (1, False)
+    fake.peer_ok = True  # peer-capable, but only the caller knows whether peer access is enabled
+    with pytest.raises(hgemm_sm90.DeviceMismatchError):
+        hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    pointer_checks("auto", allow_peer=True)
+    hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    assert fake.count("cuLaunchKernelEx") == 2
+
+
+def test_unknown_memory_is_refused_when_checking(ci, fake, pointer_checks):
+    pointer_checks("always")
+    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="not memory CUDA knows"):
+        hgemm_sm90.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
+    assert fake.count("cuLaunchKernelEx") == 0
