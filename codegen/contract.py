@@ -108,8 +108,10 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
     return probes[0], probes[1]
 
 
-def _host_args(spec: GemmSpec, probe: Probe) -> list:
-    """The host entry's arguments: the tensor structs, the scalars (`host_scalars` order), the stream."""
+def host_args(spec: GemmSpec, probe) -> list:
+    """The DSL host entry's arguments for a problem given as named values (a Probe or a dict with the
+    pointers, extents, strides, scalars and `stream`): the tensor structs, the scalars (`host_scalars`
+    order), the stream. The oracle tests build their calls with it too."""
     args = []
     for op in host_tensors(spec):
         rows, cols = operand_rows_cols(op)
@@ -195,18 +197,9 @@ def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str) -> di
 def encode_recipe(recipe: dict, values: dict[str, int]) -> bytes:
     """A descriptor from a manifest recipe and named problem values (the runtime does the same)."""
     elem = tensormap.element_bytes(recipe["dtype"])
-    return tensormap.encode_tiled(
-        recipe["dtype"],
-        values[recipe["operand"]],
-        tuple(values[n] for n in recipe["dims"]),
-        tuple(values[n] * elem for n in recipe["strides"]),
-        tuple(recipe["box"]),
-        tuple(recipe["element_strides"]),
-        recipe["swizzle"],
-        recipe["interleave"],
-        recipe["l2_promotion"],
-        recipe["oob_fill"],
-    )
+    dims = tuple(values[n] for n in recipe["dims"])
+    strides_bytes = tuple(values[n] * elem for n in recipe["strides"])
+    return tensormap.template_from_recipe(recipe, dims, strides_bytes).with_address(values[recipe["operand"]])
 
 
 def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, last_operand: str | None) -> dict:
@@ -246,7 +239,7 @@ def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo
     params = sorted(kernel.params, key=lambda p: p.ordinal)
     oracle.set_arg_sizes([p.size for p in params])
     probes = make_probes(spec)
-    launches = [oracle.call(_host_args(spec, p)) for p in probes]
+    launches = [oracle.call(host_args(spec, p)) for p in probes]
 
     records = []
     last_operand = None

@@ -80,17 +80,7 @@ class ParamPacker:
         return buf
 
     def _new_template(self, key, recipe, dims, strides_bytes) -> bytes:
-        image = tensormap.make_template(
-            recipe["dtype"],
-            dims,
-            strides_bytes,
-            tuple(recipe["box"]),
-            tuple(recipe["element_strides"]),
-            recipe["swizzle"],
-            recipe["interleave"],
-            recipe["l2_promotion"],
-            recipe["oob_fill"],
-        ).image
+        image = tensormap.template_from_recipe(recipe, dims, strides_bytes).image
         with self._lock:  # readers never see a half-built dict; a racing duplicate encode is harmless
             if len(self._templates) >= _TEMPLATES_MAX:
                 self._templates.clear()

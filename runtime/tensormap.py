@@ -28,6 +28,7 @@ __all__ = [
     "element_bytes",
     "encode_tiled",
     "make_template",
+    "template_from_recipe",
     "patch_address",
 ]
 
@@ -233,6 +234,21 @@ def make_template(
         + bytes(DESCRIPTOR_BYTES - 60)
     )
     return TensorMapTemplate(image)
+
+
+def template_from_recipe(recipe, dims, strides_bytes) -> TensorMapTemplate:
+    """The template of a manifest tensormap recipe (docs/CONTRACT.md) for concrete extents and byte strides."""
+    return make_template(
+        recipe["dtype"],
+        dims,
+        strides_bytes,
+        tuple(recipe["box"]),
+        tuple(recipe["element_strides"]),
+        recipe["swizzle"],
+        recipe["interleave"],
+        recipe["l2_promotion"],
+        recipe["oob_fill"],
+    )
 
 
 def decode(desc: bytes) -> dict:

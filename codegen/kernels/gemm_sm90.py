@@ -203,47 +203,22 @@ class HopperGemm:
         )
         num_clusters = cutlass.min(cluster_tiles, max_active_clusters)
 
-        if cutlass.const_expr(mC is None):
+        # Shared memory: the A/B ring's full/empty mbarriers, the C buffers' mbarriers (if C is read), then
+        # the 1024-byte aligned buffers (128-byte swizzled TMA tiles must be).
+        def buffer(dtype, layout):
+            return cute.struct.Align[
+                cute.struct.MemRange[dtype, cute.cosize(layout)], self.buffer_align_bytes
+            ]
 
-            @cute.struct
-            class SharedStorage:
-                ab_full_empty: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
-                sA: cute.struct.Align[
-                    cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-                sB: cute.struct.Align[
-                    cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-                sD: cute.struct.Align[
-                    cute.struct.MemRange[self.d_dtype, cute.cosize(epi_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-
-        else:
-
-            @cute.struct
-            class SharedStorage:
-                ab_full_empty: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
-                c_full: cute.struct.MemRange[cutlass.Int64, self.c_stages]
-                sA: cute.struct.Align[
-                    cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-                sB: cute.struct.Align[
-                    cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-                sD: cute.struct.Align[
-                    cute.struct.MemRange[self.d_dtype, cute.cosize(epi_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-                sC: cute.struct.Align[
-                    cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)],
-                    self.buffer_align_bytes,
-                ]
-
+        fields = {"ab_full_empty": cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]}
+        if cutlass.const_expr(mC is not None):
+            fields["c_full"] = cute.struct.MemRange[cutlass.Int64, self.c_stages]
+        fields["sA"] = buffer(self.a_dtype, a_smem_staged)
+        fields["sB"] = buffer(self.b_dtype, b_smem_staged)
+        fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
+        if cutlass.const_expr(mC is not None):
+            fields["sC"] = buffer(self.c_dtype, c_smem_staged)
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
         self.kernel(

@@ -10,14 +10,13 @@ for byte, so both sides must round alike), the grid (manifest grid rule), block,
 
 from __future__ import annotations
 
-import ctypes
 import random
 
 import pytest
 
-from codegen.contract import operand_rows_cols
-from codegen.dsl import host_scalars, host_tensors
-from codegen.oracle import build_oracle, tensor_struct
+from codegen.contract import host_args
+from codegen.dsl import host_tensors
+from codegen.oracle import build_oracle
 from runtime import manifest as manifest_mod
 from runtime import problem, scheduling, tensormap
 from runtime.args import ParamPacker
@@ -96,21 +95,9 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
             for name in ("alpha", "beta", "raster_along_m", "group_size"):
                 values[name] = pr[name]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
-            args = []
-            for op in host_tensors(spec):
-                rows, cols = operand_rows_cols(op)
-                args.append(
-                    tensor_struct(
-                        values[op],
-                        (values[rows], values[cols], values["l"]),
-                        (values[f"ld{op}"], values[f"batch_stride_{op}"]),
-                    )
-                )
-            scalar = {**values, "max_active_clusters": pr["max_active_clusters"]}
-            ctype = {"f32": ctypes.c_float, "i32": ctypes.c_int32}
-            args += [ctype[kind](scalar[name]) for name, kind in host_scalars(spec)]
-            args.append(ctypes.c_void_p(0xABC0))
-            want = oracle.call(args)
+            want = oracle.call(
+                host_args(spec, {**values, "max_active_clusters": pr["max_active_clusters"], "stream": 0xABC0})
+            )
 
             ours = packer.pack(values)
             where = f"{spec.name()} case {case}: {pr}"

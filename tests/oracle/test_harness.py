@@ -8,11 +8,8 @@ every field of the launch record depends on something the test controls.
 from __future__ import annotations
 
 import ctypes
-import os
 import shutil
 import struct
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -29,13 +26,7 @@ SMEM = 4096
 
 def _prepare_dsl():
     """Environment for an sm_90a CPU cross-compile; must happen before cutlass is first imported."""
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    keep = os.environ.get("CUTE_DSL_KEEP", "")
-    if "cubin" not in keep.split(","):
-        os.environ["CUTE_DSL_KEEP"] = ",".join(filter(None, [keep, "cubin"]))
-    dump = Path(tempfile.gettempdir()) / "hgemm_oracle_dsl_dump"
-    dump.mkdir(exist_ok=True)  # __cubin__ is only bytes if this directory exists
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(dump))
+    # tests/conftest.py configured the DSL for sm_90a cross-compilation before any import of cutlass.
     return pytest.importorskip("cutlass")
 
 

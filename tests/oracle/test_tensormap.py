@@ -10,13 +10,10 @@ The encoder-only tests at the top need neither the DSL nor a C compiler.
 """
 
 import ctypes
-import os
 import random
 import shutil
 import struct
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -120,13 +117,7 @@ def test_invalid_parameters_raise(kwargs, message):
 
 def _prepare_dsl():
     """Environment for an sm_90a CPU cross-compile (must precede the first `import cutlass`)."""
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    keep = os.environ.get("CUTE_DSL_KEEP", "")
-    if "cubin" not in keep.split(","):
-        os.environ["CUTE_DSL_KEEP"] = ",".join(filter(None, [keep, "cubin"]))
-    dump = Path(tempfile.gettempdir()) / "hgemm_oracle_dsl_dump"
-    dump.mkdir(exist_ok=True)
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(dump))
+    # tests/conftest.py configured the DSL for sm_90a cross-compilation before any import of cutlass.
     try:
         import cutlass
     except ImportError:

@@ -6,10 +6,8 @@ The hand-built images pin the record framing and the KPARAM_INFO bit packing ind
 and exercise the error paths (not an ELF, not 64-bit, not CUDA, unknown record format, truncation).
 """
 
-import os
 import struct
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -177,13 +175,7 @@ def test_host_executable_is_rejected():
 
 
 def _dsl():
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    keep = os.environ.get("CUTE_DSL_KEEP", "")
-    if "cubin" not in keep.split(","):
-        os.environ["CUTE_DSL_KEEP"] = ",".join(filter(None, [keep, "cubin"]))
-    dump = Path(tempfile.gettempdir()) / "hgemm_oracle_dsl_dump"
-    dump.mkdir(exist_ok=True)  # __cubin__ is only bytes if this directory exists
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(dump))
+    # tests/conftest.py configured the DSL for sm_90a cross-compilation before any import of cutlass.
     return pytest.importorskip("cutlass")
 
 
