@@ -8,8 +8,9 @@ default to packed.
 
 What is checked, each failure an `InvalidArgumentError` naming the fix:
 - sizes are ints in 1 .. 2**31 - 1 (the kernel's extents are int32);
-- pointers are non-null and 16-byte aligned, leading dimensions and batch strides are multiples of
-  16 bytes (TMA's rules; the kernel was compiled assuming them, so violating them is undefined behaviour);
+- pointers are non-null and 16-byte aligned; leading dimensions, batch strides and every operand's
+  contiguous extent are multiples of 16 bytes (TMA's rules; the kernel was compiled assuming them, so
+  violating them is undefined behaviour — a ragged contiguous extent of D was seen overwriting row padding);
 - a leading dimension is at least the contiguous extent (rows may not overlap), and D's batches do not
   overlap (two CTAs would race on the same outputs); input batches (A, B, C) may overlap (a stride smaller
   than a batch re-reads data, which is well defined);
@@ -123,6 +124,18 @@ def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, 
     for op, ld, bs in zip(ops, lds, batch_strides):
         name = op.name
         contiguous = values[op.contiguous]
+        if (contiguous * op.elem) % TMA_ALIGN:
+            # TMA moves whole 16-byte chunks along the contiguous dimension: a row ending mid-chunk would
+            # have the rest of its last chunk read (A, B, C) or, for D, overwritten (seen on an H200,
+            # 2026-11-29: an m-major D with M = 1 had the 7 padding elements of every row zeroed).
+            raise InvalidArgumentError(
+                f"{op.contiguous}={contiguous} is the contiguous extent of {name} "
+                f"({contiguous * op.elem} bytes per row), not a multiple of {TMA_ALIGN} bytes",
+                f"pad {op.contiguous} to a multiple of {TMA_ALIGN // op.elem} elements (zero-padding A/B "
+                "along K keeps the product; extra rows/columns of D can be ignored), or use an instance "
+                "whose layout makes another extent contiguous",
+                instance,
+            )
         ld_name = f"ld{name}"
         ld = contiguous if ld is None else _size(ld_name, ld, instance)
         if ld < contiguous:

@@ -20,7 +20,7 @@ What one numerics check does (DESIGN.md "Testing tiers", STYLE P13):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -162,6 +162,33 @@ def family_subset(instances):
     return sorted(first.values(), key=_id)
 
 
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}
+
+
+def contiguous_extents(inst) -> dict[str, int]:
+    """{extent name: element bytes} of every extent some operand of ``inst`` stores contiguously."""
+    out: dict[str, int] = {}
+    ops = [("a", inst.a_major, inst.a_dtype, ("m", "k")), ("b", inst.b_major, inst.b_dtype, ("n", "k")),
+           ("d", inst.d_major, inst.d_dtype, ("m", "n"))]
+    if inst.has_c:
+        ops.append(("c", inst.c_major, inst.c_dtype, ("m", "n")))
+    for _, major, dtype, (rows, cols) in ops:
+        name = rows if major == rows else cols
+        out[name] = min(out.get(name, 16), ELEM_BYTES[dtype])
+    return out
+
+
+def fit(case: Case, inst) -> Case:
+    """``case`` with every extent that ``inst`` stores contiguously rounded up to a 16-byte multiple: TMA
+    moves whole 16-byte chunks, so the runtime refuses ragged contiguous extents (tested in
+    test_launch_rules). Extents stored only as strided dimensions stay as ragged as the case made them."""
+    changes = {}
+    for name, elem in contiguous_extents(inst).items():
+        step = 16 // elem
+        changes[name] = round_up(getattr(case, name), step)
+    return replace(case, **changes)
+
+
 def cases_for(inst) -> list[Case]:
     """The per-instance numerics cases: every edge shape, plus the epilogue variants the instance has."""
     if not inst.has_c:
@@ -236,6 +263,7 @@ def fill_random(x: Operand, gen: torch.Generator, std: float = 1.0, positive: bo
 
 
 def output(inst, case: Case) -> Operand:
+    case = fit(case, inst)
     d = make_operand("d", inst.d_major, TORCH_DTYPE[inst.d_dtype], case, D_SENTINEL)
     d.t.fill_(float("nan"))
     return d
@@ -302,7 +330,9 @@ class Problem:
 
 def make_problem(inst, case: Case, gen: torch.Generator, scales: Scales | None = None,
                  positive: bool = False) -> Problem:
-    """Operands of ``inst`` for ``case`` with random A, B (and C), D poisoned (or holding C, in place)."""
+    """Operands of ``inst`` for ``case`` (fitted to its 16-byte contiguous extents) with random A, B (and
+    C), D poisoned (or holding C, in place)."""
+    case = fit(case, inst)
     sc = scales or scales_for(inst, case, gen)
     # A/B/C padding is NaN: if the kernel reads it and uses it, D turns NaN.
     a = make_operand("a", inst.a_major, TORCH_DTYPE[inst.a_dtype], case, float("nan"))

@@ -61,6 +61,16 @@ def test_misaligned_leading_dim_rejected(inst, operand, gen):
     _refused(p, before, **{f"ld{operand}": x.ld + 1, f"batch_stride_{operand}": x.batch_stride})
 
 
+@pytest.mark.parametrize("inst", INSTANCES, ids=g._id)
+def test_ragged_contiguous_extent_rejected(inst, gen):
+    """A's contiguous extent one element short of a 16-byte multiple raises InvalidArgumentError: TMA would
+    move its rows' last 16-byte chunk whole (for D: overwriting the row padding, seen on an H200)."""
+    p = g.make_problem(inst, g.MISALIGNED, gen)
+    before = g.snapshot(p)
+    extent = "k" if inst.a_major == "k" else "m"
+    _refused(p, before, **{extent: getattr(p.case, extent) - 1})
+
+
 # --- the C operand -------------------------------------------------------------------------------------
 
 

@@ -27,16 +27,18 @@ CASES = 50
 
 def _random_problem(rng: random.Random, rec) -> dict:
     ops = problem.layouts(rec.spec)
-    m, n, k = (rng.choice([rng.randint(1, 64), rng.randint(1, 5000)]) for _ in range(3))
+    extents = {x: rng.choice([rng.randint(1, 64), rng.randint(1, 5000)]) for x in "mnk"}
+    for op in ops:  # an extent some operand stores contiguously must be a 16-byte multiple (TMA)
+        align = 16 // op.elem
+        extents[op.contiguous] = -(-extents[op.contiguous] // align) * align
+    m, n, k = extents["m"], extents["n"], extents["k"]
     batch = rng.choice([1, 1, 2, 3, 7])
     lds, batch_strides, ptrs = [], [], []
-    extents = {"m": m, "n": n, "k": k}
     for op in ops:  # a, b, d, then c if the instance reads it
         align = 16 // op.elem
-        contiguous = -(-extents[op.contiguous] // align) * align  # round up to 16 bytes
+        contiguous = extents[op.contiguous]
         ld = contiguous + align * rng.choice([0, 0, 1, rng.randint(0, 100)])
-        packed_ok = ld == extents[op.contiguous]  # None (packed) is only valid for an aligned extent
-        lds.append(None if packed_ok and rng.random() < 0.5 else ld)
+        lds.append(None if ld == contiguous and rng.random() < 0.5 else ld)
         packed = extents[op.other] * ld
         batch_strides.append(rng.choice([None, packed + align * rng.randint(0, 1000)]))
         ptrs.append(rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 16 * 16)

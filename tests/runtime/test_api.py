@@ -97,8 +97,10 @@ def test_instances_lists_the_manifest(ci):
 def _random_problem(rng: random.Random, rec) -> dict:
     """Valid for `rec`: aligned leading dims (padded or packed), batch strides, disjoint operands."""
     ops = problem.layouts(rec.spec)
-    m, n, k = rng.randint(1, 3000), rng.randint(1, 3000), rng.randint(1, 3000)
-    ext = {"m": m, "n": n, "k": k}
+    ext = {x: rng.randint(1, 3000) for x in "mnk"}
+    for op in ops:  # extents stored contiguously by some operand are 16-byte multiples (TMA)
+        ext[op.contiguous] = -(-ext[op.contiguous] // (16 // op.elem)) * (16 // op.elem)
+    m, n, k = ext["m"], ext["n"], ext["k"]
     lds = []
     for op in ops:
         align = 16 // op.elem
@@ -196,7 +198,8 @@ BAD = [
     (dict(ptrs=(A, B, 1.5)), "not an int"),
     (dict(m=0), "m=0 is outside"),
     (dict(n=2**31), "n=2147483648 is outside"),
-    (dict(k=12), "lda=12 elements is 24 bytes"),
+    (dict(k=12), "k=12 is the contiguous extent of a"),
+    (dict(k=16, lda=20), "lda=20 elements is 40 bytes"),
     (dict(k=64, lda=32), "lda=32 is smaller than the contiguous extent"),
     (dict(ldd=260), "ldd=260 elements is 520 bytes"),
     (dict(batch=2, batch_stride_d=128), "overlapping output batches would race"),
