@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -23,36 +22,11 @@ if torch.cuda.device_count() < 2 or any(
     pytest.skip("needs at least two sm_90 GPUs", allow_module_level=True)
 hgemm_sm90 = pytest.importorskip("hgemm_sm90")
 
-from tests.gpu.gemm_util import EDGE_CASES, REL_BOUND, make_problem, reference  # noqa: E402
+from tests.gpu.gemm_util import make_problem  # noqa: E402
 from tests.gpu.gemm_util import launch as launch_problem  # noqa: E402
+from tests.gpu.multi_gpu_util import CASE, REPO, check, ci_instances, run_all_on  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-REPO = Path(__file__).resolve().parents[2]
-CASE = next(c for c in EDGE_CASES if c.name == "batch3")  # ragged, batched, small: quick on every GPU
-
-
-def ci_instances():
-    from codegen.matrix import load_matrix
-
-    ci = set(load_matrix(REPO / "kernel_specs.yaml").expand("ci").names())
-    shipped = [i for i in hgemm_sm90.instances() if i.id in ci]
-    assert len(shipped) == len(ci), f"the wheel lacks ci instances {sorted(ci - {i.id for i in shipped})}"
-    return shipped
-
-
-def _run_all_on(dev: int, results: dict, stream_per_instance: bool = True) -> None:
-    torch.cuda.set_device(dev)
-    gen = torch.Generator(device=f"cuda:{dev}").manual_seed(1234 + dev)
-    for inst in ci_instances():
-        stream = torch.cuda.Stream(device=dev) if stream_per_instance else torch.cuda.current_stream(dev)
-        with torch.cuda.stream(stream):
-            p = make_problem(inst, CASE, gen)
-            launch_problem(p, stream=stream)
-        stream.synchronize()
-        ref, _ = reference(p)
-        out = p.d.t.double()
-        rel = (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)).item()
-        results[(dev, inst.id)] = (rel, bool(torch.isnan(out).any()), out.device.index)
 
 
 def test_every_ci_instance_on_every_gpu_one_thread_per_gpu():
@@ -61,7 +35,7 @@ def test_every_ci_instance_on_every_gpu_one_thread_per_gpu():
 
     def work(dev):
         try:
-            _run_all_on(dev, results)
+            run_all_on(dev, results)
         except Exception as e:  # reported below
             errors.append((dev, e))
 
@@ -71,24 +45,21 @@ def test_every_ci_instance_on_every_gpu_one_thread_per_gpu():
     for t in threads:
         t.join()
     assert not errors, errors
-    insts = {i.id: i for i in ci_instances()}
-    assert len(results) == len(insts) * torch.cuda.device_count()
-    for (dev, iid), (rel, has_nan, where) in sorted(results.items()):
+    assert len(results) == len(ci_instances()) * torch.cuda.device_count()
+    for (dev, iid), (rel, _, _) in sorted(results.items()):
         print(f"gpu{dev} {iid}: rel err {rel:.2e}")
-        assert where == dev and not has_nan and rel < REL_BOUND[insts[iid].d_dtype], (dev, iid, rel)
+    assert not check(results)
 
 
 _CHILD = """
-import os, sys, torch
+import os, sys
 sys.path.insert(0, {repo!r})
-from tests.gpu.test_multi_gpu import _run_all_on, ci_instances
+from tests.gpu.multi_gpu_util import check, ci_instances, run_all_on
 results = {{}}
-_run_all_on(0, results)
-from tests.gpu.gemm_util import REL_BOUND
-insts = {{i.id: i for i in ci_instances()}}
-bad = [(k, v) for k, v in results.items() if v[1] or v[0] >= REL_BOUND[insts[k[1]].d_dtype]]
+run_all_on(0, results)
+bad = check(results)
 print("GPU", os.environ["CUDA_VISIBLE_DEVICES"], "instances", len(results), "bad", bad)
-sys.exit(1 if bad or len(results) != len(insts) else 0)
+sys.exit(1 if bad or len(results) != len(ci_instances()) else 0)
 """
 
 
@@ -112,9 +83,11 @@ def test_operands_on_another_gpu_are_refused_before_launching():
     inst = next(i for i in ci_instances() if not i.has_c)
     torch.cuda.set_device(0)
     gen = torch.Generator(device="cuda:0").manual_seed(5)
-    p = make_problem(inst, CASE, gen)
-    with torch.cuda.device(1):
-        b_other = torch.empty_like(p.b.t, device="cuda:1")  # same shape, on the wrong GPU
+    with torch.cuda.device(0):
+        p = make_problem(inst, CASE, gen)
+    assert p.b.t.device.index == 0
+    b_other = torch.empty_like(p.b.t, device="cuda:1")  # same shape, on the wrong GPU
+    assert b_other.device.index == 1
     before = p.d.t.clone()
     stream0 = torch.cuda.Stream(device=0)
     with pytest.raises(hgemm_sm90.DeviceMismatchError) as err:
