@@ -136,20 +136,23 @@ def check_driver(min_version: int) -> int:
     return installed
 
 
-def pointer_device(ptr: int, operand: str = "pointer", instance: str | None = None) -> int:
-    """The ordinal of the device ``ptr`` was allocated on or registered with
-    (``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL``); ``InvalidArgumentError`` if CUDA does not know it."""
+def pointer_device(ptr: int, operand: str = "pointer", instance: str | None = None) -> int | None:
+    """The ordinal of the device whose context owns ``ptr``, None for memory owned by no context (e.g.
+    stream-ordered pool allocations); ``InvalidArgumentError`` if CUDA does not know the address.
+
+    Read through ``CU_POINTER_ATTRIBUTE_CONTEXT`` and the (cached) device of that context, not through
+    ``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL``: on a 2 x H200 node (driver 580.159.04, cuda-bindings 13.3.1,
+    2026-11-29) the latter answered 0 for memory of device 1, while the owning contexts were told apart."""
     cu = driver.cu()
-    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    res = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, ptr)
     if res[0] and driver.result_name(res[0]) == "CUDA_ERROR_INVALID_VALUE":
         raise InvalidArgumentError(
             f"operand {operand!r}: address {ptr:#x} is not memory CUDA knows (not allocated through "
             "CUDA, or already freed)",
             "pass device memory (e.g. a CUDA tensor's data_ptr()) and keep it alive until the GEMM "
             "has run", instance)
-    ordinal = int(check(res, "cuPointerGetAttribute", instance))
-    # cuda-bindings < 13.2 returned this signed attribute as an unsigned int.
-    return ordinal - (1 << 32) if ordinal >= 1 << 31 else ordinal
+    ctx = handle(check(res, "cuPointerGetAttribute", instance))
+    return context_device(ctx) if ctx else None
 
 
 def check_pointer(ptr: int, device: int, operand: str, instance: str | None = None,
@@ -168,7 +171,8 @@ def check_pointer(ptr: int, device: int, operand: str, instance: str | None = No
     memory of the device it was registered with.
     """
     pdev = pointer_device(ptr, operand, instance)
-    if pdev == device:
+    if pdev is None or pdev == device:
+        # None: memory no context owns (e.g. a stream-ordered pool); the driver offers no owner to compare.
         return
     cu = driver.cu()
     managed = check(cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED,

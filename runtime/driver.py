@@ -17,8 +17,9 @@ differences handled here are
   ``cuda.bindings.utils.get_cuda_native_handle``, which 12.x lacks (see ``handle``);
 - enums are ``enum.IntEnum`` in 12.x and a faster int-based enum in 13.2+; both are ints with ``.name``,
   and CUDA_SUCCESS is 0, so ``if err:`` tests for failure in both.
-Elsewhere: ``cuCtxGetDevice_v2`` is 13-only (device.py pushes the context instead), and
-``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`` came back unsigned before 13.2 (device.py re-signs it).
+Elsewhere: ``cuCtxGetDevice_v2`` is 13-only (device.py pushes the context instead), and a pointer's device
+is read through its owning context (``CU_POINTER_ATTRIBUTE_CONTEXT``): ``..._DEVICE_ORDINAL`` answered 0 for
+memory of a second GPU with cuda-bindings 13.3.1 (device.py).
 """
 
 from __future__ import annotations

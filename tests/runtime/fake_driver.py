@@ -48,6 +48,7 @@ class CUlaunchAttributeID(enum.IntEnum):
 
 
 class CUpointer_attribute(enum.IntEnum):
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 
@@ -267,6 +268,8 @@ class FakeDriver:
         dev, managed = self.pointers[ptr]
         if attr == CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
             return (CUresult.CUDA_SUCCESS, dev)
+        if attr == CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT:
+            return (CUresult.CUDA_SUCCESS, Handle(self.ctx(dev)) if dev is not None else Handle(0))
         return (CUresult.CUDA_SUCCESS, int(managed))
 
     def cuDeviceCanAccessPeer(self, dev, peer):

@@ -130,16 +130,27 @@ def test_driver_version_check(fake):
     assert device.check_driver(12000) == 12020
 
 
+def _second_gpu(fake):
+    from fake_driver import Device
+
+    fake.devices[1] = Device()
+    fake.contexts[fake.ctx(1)] = 1
+
+
 def test_pointer_device(fake):
+    _second_gpu(fake)
     fake.pointers[0x7000] = (0, False)
-    fake.pointers[0x8000] = (0xFFFFFFFF, False)  # bindings < 13.2 report -1 as unsigned
+    fake.pointers[0x7800] = (1, False)
+    fake.pointers[0x8000] = (None, False)  # memory no context owns (a stream-ordered pool)
     assert device.pointer_device(0x7000) == 0
-    assert device.pointer_device(0x8000) == -1
+    assert device.pointer_device(0x7800) == 1  # through the owning context, not DEVICE_ORDINAL
+    assert device.pointer_device(0x8000) is None
     with pytest.raises(InvalidArgumentError, match="operand 'b': address 0x1234 is not memory CUDA"):
         device.pointer_device(0x1234, "b", "inst")
 
 
 def test_check_pointer(fake):
+    _second_gpu(fake)
     fake.pointers.update({0x1000: (0, False), 0x2000: (1, False), 0x3000: (1, True)})
     device.check_pointer(0x1000, 0, "a")
     device.check_pointer(0x3000, 0, "a")  # managed memory is accessible everywhere
