@@ -31,16 +31,14 @@ from codegen.matrix import Expansion, Matrix, MatrixError, load_matrix
 from codegen.spec import GemmSpec, SpecError
 from codegen.validity import (
     BARRIER_RESERVE_BYTES,
-    MAX_ACC_REGS,
     SMEM_CAPACITY_BYTES,
     ab_budget_bytes,
     ab_stage_bytes,
-    acc_regs,
     c_smem_bytes,
     check_rules,
     epi_smem_bytes,
     epilogue_tile,
-    fp8_promoted,
+    register_plan,
     smem_plan,
 )
 
@@ -208,11 +206,17 @@ def _all_specs(e: Expansion) -> list[GemmSpec]:
 
 
 def _register_lines(spec: GemmSpec) -> list[str]:
-    regs = acc_regs(spec)
-    line = f"accumulator: {regs} fp32 registers per consumer thread"
-    if fp8_promoted(spec):
-        line += f" x 2 (fp8 promoted accumulation) = {2 * regs}"
-    return [f"{line} (limit {MAX_ACC_REGS}; codegen.validity.acc_registers)"]
+    plan = register_plan(spec)
+    split = (
+        f"registers: {plan.consumer_wgs} consumer warpgroup(s) x {plan.consumer_regs} per thread, producer "
+        f"{plan.producer_regs} (setmaxnreg)"
+    )
+    line = f"accumulator: {plan.acc_regs} fp32 registers per consumer thread"
+    if plan.k_acc_buffers:
+        line += (
+            f" + {plan.k_acc_buffers} k-tile buffer(s) (fp8 promoted accumulation) = {plan.acc_total}"
+        )
+    return [split, f"{line} (limit {plan.acc_budget}; codegen.validity.acc_registers)"]
 
 
 def _smem_lines(spec: GemmSpec) -> list[str]:

@@ -81,10 +81,10 @@ def dsl_versions() -> dict[str, str]:
 def kernel_config(spec: GemmSpec):
     """The compile-time kernel configuration of one spec."""
     from .kernels.gemm_sm90 import KernelConfig
-    from .validity import epilogue_tile, smem_plan
+    from .validity import epilogue_tile, register_plan, smem_plan
 
     plan = smem_plan(spec)
-    fp8 = spec.a_dtype.is_float8 or spec.b_dtype.is_float8
+    regs = register_plan(spec)
     return KernelConfig(
         a_dtype=cutlass_dtype(spec.a_dtype),
         b_dtype=cutlass_dtype(spec.b_dtype),
@@ -98,9 +98,12 @@ def kernel_config(spec: GemmSpec):
         c_dtype=cutlass_dtype(spec.c_dtype) if spec.has_c else None,
         c_stages=plan.c_stages,
         pingpong=spec.schedule == Schedule.pingpong,
-        # fp8 WGMMAs accumulate at reduced precision; without fast accumulation the kernel promotes into
-        # a second fp32 accumulator every k-tile (the seed's slow path).
-        fp8_slow_accum=fp8 and not spec.fp8_fast_accum,
+        consumer_warpgroups=regs.consumer_wgs,
+        producer_registers=regs.producer_regs,
+        consumer_registers=regs.consumer_regs,
+        # fp8 WGMMAs accumulate at reduced precision; without fast accumulation the kernel promotes each
+        # k-tile's result into the fp32 tile accumulator (the seed's slow path), through 1 or 2 buffers.
+        k_acc_buffers=regs.k_acc_buffers,
     )
 
 

@@ -71,14 +71,12 @@ class SmemPlan(NamedTuple):
 def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     """The epilogue sub-tile (rows, cols) staged through shared memory between registers and C/D (TMA).
 
-    64 rows whenever one consumer warpgroup owns the whole tile (M = 64, or ping-pong, where each warpgroup
-    runs its own tile's epilogue); otherwise both cooperative warpgroups store 64 rows each of a 128-row
-    sub-tile. 32 columns keep the staging buffers small enough for deep pipelines.
+    Every warpgroup that shares the tile stores 64 rows of each sub-tile: 64 rows when one warpgroup owns
+    the tile (M = 64, or ping-pong, where each warpgroup runs its own tile's epilogue), 128 for the two
+    cooperative warpgroups of M = 128/256, 192 for the three of M = 192. 32 columns keep the staging
+    buffers small enough for deep pipelines.
     """
-    m = spec.tile[0]
-    if spec.schedule == Schedule.pingpong or m == 64:
-        return (64, 32)
-    return (min(m, 128), 32)
+    return (64 * consumer_wgs_per_tile(spec), 32)
 
 
 def ab_stage_bytes(spec: GemmSpec) -> int:
@@ -126,26 +124,56 @@ def smem_plan(spec: GemmSpec) -> SmemPlan:
     return SmemPlan(ab_stages=ab, epi_stages=epi_stages(spec), c_stages=c_stages(spec))
 
 
-# --- accumulator registers -------------------------------------------------------------------------------
+# --- registers -------------------------------------------------------------------------------------------
 
-# The register file holds 65536 32-bit registers per SM; with one CTA of 3 warpgroups per SM the kernel
-# moves registers to the consumers with setmaxnreg (producer 40, consumers 232 each: 40*128 + 2*232*128
-# <= 65536). Of a consumer thread's 232, the fp32 accumulator may take at most 128; the rest hold A/B
-# fragment addresses, the epilogue's converted values, loop state and the scheduler.
-CONSUMER_REGS = 232  # = gemm_sm90.CONSUMER_REGISTERS (not imported here: that module needs cutlass)
-MAX_ACC_REGS = 128
-# fp8 without fast accumulation keeps a second fp32 accumulator that the WGMMAs write and that is added
-# into the main one every few k-blocks (the promotion that keeps fp8 sums accurate), so both must fit.
-MAX_ACC_REGS_FP8_PROMOTED = MAX_ACC_REGS // 2
+# The register file holds 65536 32-bit registers per SM, and one CTA runs per SM. `setmaxnreg` moves them
+# from the producer warpgroup (TMA issue needs few) to the consumer warpgroups, which hold the accumulators:
+# one or two consumer warpgroups get 232 each (40 * 128 + 2 * 232 * 128 <= 65536), three get 160 each
+# (32 * 128 + 3 * 160 * 128 = 65536). The seed kernel uses the same splits. gemm_sm90.py takes them from
+# here (through codegen/dsl.py: that module needs cutlass, this one must not).
+PRODUCER_REGS = {1: 40, 2: 40, 3: 32}  # by consumer warpgroups per CTA
+CONSUMER_REGS = {1: 232, 2: 232, 3: 160}
+# What a consumer thread needs besides accumulators: fragment descriptors, pipeline and scheduler state,
+# the epilogue's converted values. The fp32 accumulators may take the rest. (The build records each
+# cubin's spill bytes; the shipped matrix has none.)
+NON_ACC_REGS = 32
+
+
+class RegisterPlan(NamedTuple):
+    """How one spec uses the register file (codegen/dsl.py passes it into the kernel's KernelConfig)."""
+
+    consumer_wgs: int  # consumer warpgroups per CTA (the producer warpgroup comes on top)
+    producer_regs: int  # per producer thread after setmaxnreg
+    consumer_regs: int  # per consumer thread after setmaxnreg
+    acc_regs: int  # fp32 values of the tile accumulator per consumer thread
+    k_acc_buffers: int  # fp8 promoted accumulation: per-k-tile accumulators (0 without promotion)
+
+    @property
+    def acc_budget(self) -> int:
+        """Registers per consumer thread that the accumulators may take."""
+        return self.consumer_regs - NON_ACC_REGS
+
+    @property
+    def acc_total(self) -> int:
+        """Registers per consumer thread that all accumulators take (the tile's plus the k-tile buffers)."""
+        return self.acc_regs * (1 + self.k_acc_buffers)
 
 
 def consumer_wgs_per_tile(spec: GemmSpec) -> int:
     """How many 128-thread consumer warpgroups share one CTA tile's accumulator.
 
-    Cooperative tiles of M >= 128 split their rows between the two consumer warpgroups; M = 64 has one
-    64-row WGMMA atom, so one warpgroup owns it; in ping-pong each warpgroup owns a whole tile.
+    Cooperative tiles split their rows between the consumer warpgroups, one 64-row WGMMA atom row each
+    where M allows: M = 64 has one warpgroup, M = 192 three, M = 128 and 256 two. In ping-pong each
+    warpgroup owns a whole tile.
     """
-    return 2 if spec.schedule == Schedule.cooperative and spec.tile[0] >= 128 else 1
+    if spec.schedule != Schedule.cooperative:
+        return 1
+    return {64: 1, 192: 3}.get(spec.tile[0], 2)
+
+
+def consumer_wgs_per_cta(spec: GemmSpec) -> int:
+    """Consumer warpgroups per CTA: ping-pong always runs two (on alternate tiles)."""
+    return 2 if spec.schedule == Schedule.pingpong else consumer_wgs_per_tile(spec)
 
 
 def acc_regs(spec: GemmSpec) -> int:
@@ -155,8 +183,24 @@ def acc_regs(spec: GemmSpec) -> int:
 
 
 def fp8_promoted(spec: GemmSpec) -> bool:
-    """fp8 inputs with the slow, periodically promoted accumulation (two accumulators)."""
+    """fp8 inputs with the slow, periodically promoted accumulation (extra per-k-tile accumulators)."""
     return spec.a_dtype.is_float8 and not spec.fp8_fast_accum
+
+
+def register_plan(spec: GemmSpec) -> RegisterPlan:
+    """The register split and the accumulator buffering of a spec.
+
+    fp8 promoted accumulation runs each k-tile's WGMMAs into a fresh accumulator and adds it into the tile's
+    fp32 accumulator once complete. Two such buffers let the WGMMAs of one k-tile run while the other's
+    result is promoted; with one, the tensor cores idle during every promotion. Two are used where they fit
+    the budget, else one; the `acc_registers` rule rejects specs whose accumulators do not fit at all.
+    """
+    wgs = consumer_wgs_per_cta(spec)
+    plan = RegisterPlan(wgs, PRODUCER_REGS[wgs], CONSUMER_REGS[wgs], acc_regs(spec), 0)
+    if fp8_promoted(spec):
+        double = plan._replace(k_acc_buffers=2)
+        plan = double if double.acc_total <= double.acc_budget else plan._replace(k_acc_buffers=1)
+    return plan
 
 
 # --- the rules, in order -------------------------------------------------------------------------------
@@ -249,10 +293,9 @@ def fast_accum(s: GemmSpec) -> str | None:
 
 @_rule
 def tile_m(s: GemmSpec) -> str | None:
-    # Whole 64-row WGMMA atoms per consumer warpgroup. Cooperative: M = 64 runs one consumer warpgroup,
-    # 128 two (64 rows each), 256 two (128 rows each). Ping-pong: each warpgroup owns a whole tile, so 64
-    # or 128 rows (256 would need 256 accumulator registers per thread).
-    allowed = (64, 128, 256) if s.schedule == Schedule.cooperative else (64, 128)
+    # Whole 64-row WGMMA atoms per consumer warpgroup (see consumer_wgs_per_tile). Ping-pong: each
+    # warpgroup owns a whole tile, so at most 192 rows (the acc_registers rule bounds M x N further).
+    allowed = (64, 128, 192, 256) if s.schedule == Schedule.cooperative else (64, 128, 192)
     if s.tile[0] not in allowed:
         return (
             f"tile M {s.tile[0]}: must be {', '.join(map(str, allowed))} for the {s.schedule} schedule "
@@ -269,6 +312,14 @@ def tile_n(s: GemmSpec) -> str | None:
         return (
             f"tile N {n}: must be a multiple of 32 in [32, 256] (WGMMA's N range, in whole 32-column "
             "epilogue sub-tiles); use such an N"
+        )
+    # Cooperative M = 192 splits its rows over three consumer warpgroups, which leaves 160 registers per
+    # thread: N <= 128. (The seed also offers 192 x N > 128 by splitting N over two warpgroups instead;
+    # this kernel does not implement that split.)
+    if s.schedule == Schedule.cooperative and s.tile[0] == 192 and n > 128:
+        return (
+            f"tile N {n} with cooperative M = 192: three consumer warpgroups of 160 registers hold at most "
+            "N = 128; use N <= 128, or M = 128/256 for wider tiles"
         )
     return None
 
@@ -290,26 +341,27 @@ def tile_k(s: GemmSpec) -> str | None:
 
 @_rule
 def acc_registers(s: GemmSpec) -> str | None:
-    regs = acc_regs(s)
+    plan = register_plan(s)
     m, n, _ = s.tile
     share = f"{m}x{n} / (128 threads x {consumer_wgs_per_tile(s)} consumer warpgroup(s))"
     why = (
-        f"the register file is 65536 per SM, {CONSUMER_REGS} per consumer thread after setmaxnreg, of which "
-        f"the accumulator may take {MAX_ACC_REGS}"
+        f"the register file is 65536 per SM; {plan.consumer_wgs} consumer warpgroup(s) get "
+        f"{plan.consumer_regs} registers per thread after setmaxnreg, of which the accumulators may take "
+        f"{plan.acc_budget}"
     )
-    if regs > MAX_ACC_REGS:
+    if plan.acc_total <= plan.acc_budget:
+        return None
+    if fp8_promoted(s):
         return (
-            f"accumulator registers: a {s.schedule} {m}x{n} tile holds {regs} fp32 values per consumer "
-            f"thread ({share}) > {MAX_ACC_REGS}: {why}; use a smaller tile (or cooperative for M >= 128)"
+            f"accumulator registers: fp8 promoted (slow) accumulation keeps the tile accumulator and at "
+            f"least one k-tile accumulator, 2 x {plan.acc_regs} fp32 values per consumer thread ({share}) "
+            f"> {plan.acc_budget}: {why}; use fp8_fast_accum true or a smaller tile"
         )
-    if fp8_promoted(s) and 2 * regs > MAX_ACC_REGS:
-        return (
-            f"accumulator registers: fp8 with promoted (slow) accumulation keeps two fp32 accumulators, "
-            f"2 x {regs} = {2 * regs} values per consumer thread ({share}) > {MAX_ACC_REGS}: {why}; use "
-            f"fp8_fast_accum true or a tile with at most {MAX_ACC_REGS_FP8_PROMOTED} accumulator values per "
-            "thread"
-        )
-    return None
+    return (
+        f"accumulator registers: a {s.schedule} {m}x{n} tile holds {plan.acc_regs} fp32 values per "
+        f"consumer thread ({share}) > {plan.acc_budget}: {why}; use a smaller tile (or cooperative for "
+        "M >= 128)"
+    )
 
 
 @_rule

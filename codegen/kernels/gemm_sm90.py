@@ -10,13 +10,16 @@ Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
 - Consumer warpgroups issue WGMMA from shared memory into fp32 register accumulators, then run the
   epilogue: registers -> alpha * acc (+ beta * C, C staged by TMA into shared memory ahead of use) ->
   D's dtype -> shared memory (stmatrix for 16-bit D) -> TMA store. Two schedules:
-  * cooperative: all consumer warpgroups split one tile along M (one for 64-row tiles, else two);
+  * cooperative: all consumer warpgroups split one tile along M (one for 64-row tiles, three for 192,
+    else two);
   * ping-pong: two consumer warpgroups own alternate tiles; named barriers order their mainloops and
     their epilogues, so one warpgroup's epilogue overlaps the other's mainloop.
 - fp8 inputs either accumulate in the WGMMA accumulator for the whole K loop ("fast accumulation") or
-  promote it into a second fp32 accumulator after every k-tile ("slow accumulation": the tensor cores'
-  fp8 accumulation keeps fewer mantissa bits, so long K loses accuracy without it).
-- `setmaxnreg` moves registers from the producer warpgroup to the consumers.
+  run each k-tile into a fresh accumulator and add it into the fp32 tile accumulator ("slow
+  accumulation": the tensor cores' fp8 accumulation keeps fewer mantissa bits, so long K loses accuracy
+  without it); two such k-tile buffers, where registers allow, overlap the promotion with WGMMAs.
+- `setmaxnreg` moves registers from the producer warpgroup to the consumers (the split comes from
+  codegen/validity.py's register plan).
 - Persistent: a grid of at most `max_active_clusters` clusters walks all output tiles (tile_scheduler.py).
 - Programmatic dependent launch: the producer waits for the previous grid (griddepcontrol.wait) before
   its first load; consumers signal dependents when done. Both are no-ops unless the launch opts in.
@@ -44,10 +47,6 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from .tile_scheduler import cluster_tile_coord
 
 THREADS_PER_WARPGROUP = 128
-# Registers per thread after `setmaxnreg`: the producer keeps few, the consumers hold the accumulators.
-# 40 * 128 + 232 * 256 = 64512 <= 65536 registers per SM for two consumer warpgroups.
-PRODUCER_REGISTERS = 40
-CONSUMER_REGISTERS = 232
 # Named barriers (0 is __syncthreads): the epilogue of each consumer warpgroup set, then the ping-pong
 # hand-offs: "warpgroup w may start its mainloop / its epilogue".
 EPILOGUE_BARRIER = 1  # + warpgroup index under ping-pong
@@ -75,15 +74,14 @@ class KernelConfig:
     c_dtype: type | None = None  # the epilogue reads C (D = alpha * acc + beta * C) iff set
     c_stages: int = 0  # C staging buffers (TMA loads ahead of the epilogue sub-tile that uses them)
     pingpong: bool = False  # two consumer warpgroups alternate whole tiles (else: they split one tile)
-    fp8_slow_accum: bool = False  # fp8: promote the WGMMA accumulator into a second one every k-tile
-
-    @property
-    def consumer_warpgroups(self) -> int:
-        # Ping-pong: two warpgroups, each owning a whole tile. Cooperative: 64-row tiles have one warpgroup,
-        # larger tiles are split along M between two.
-        if self.pingpong:
-            return 2
-        return 1 if self.tile_mnk[0] == 64 else 2
+    # Register plan (codegen/validity.py register_plan): consumer warpgroups per CTA (cooperative: one per
+    # 64-row atom row of the tile, at most 3; ping-pong: 2) and the setmaxnreg split.
+    consumer_warpgroups: int = 2
+    producer_registers: int = 40
+    consumer_registers: int = 232
+    # fp8 slow accumulation: each k-tile's WGMMAs go into one of these per-k-tile accumulators, which is
+    # then added ("promoted") into the fp32 tile accumulator. 0: no promotion (fast accumulation, 16-bit).
+    k_acc_buffers: int = 0
 
     @property
     def threads(self) -> int:
@@ -115,7 +113,8 @@ class HopperGemm:
         self.epi_stages = config.epi_stages
         self.c_stages = config.c_stages
         self.epi_tile = config.epi_tile
-        self.fp8_slow_accum = config.fp8_slow_accum
+        self.k_acc_buffers = config.k_acc_buffers
+        self.fp8_slow_accum = config.k_acc_buffers > 0
         self.num_mcast_a = self.cluster_mn[1]  # A tiles are shared along a cluster row (same M)
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
@@ -410,7 +409,7 @@ class HopperGemm:
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
 
         if is_producer:
-            cute.arch.setmaxregister_decrease(PRODUCER_REGISTERS)
+            cute.arch.setmaxregister_decrease(self.cfg.producer_registers)
 
         if warp_idx == self.producer_warp:
             # Programmatic dependent launch: nothing of the previous grid may be read before it is done.
@@ -456,7 +455,7 @@ class HopperGemm:
             ab_pipeline.producer_tail(producer_state)
 
         if not is_producer:
-            cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
+            cute.arch.setmaxregister_increase(self.cfg.consumer_registers)
             self._consume(
                 ab_pipeline,
                 tiled_mma,
@@ -528,9 +527,10 @@ class HopperGemm:
         tCrB = tiled_mma.make_fragment_B(tCsB)
         tCgD = thr_mma.partition_C(gD_mnl)
         accumulators = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
-        acc_slow = None
-        if cutlass.const_expr(self.fp8_slow_accum):
-            acc_slow = cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype)
+        # Slow accumulation: per-k-tile accumulators that are promoted into `accumulators`.
+        k_accs = tuple(
+            cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype) for _ in range(self.k_acc_buffers)
+        )
 
         # Epilogue partitions: registers -> shared memory (stmatrix for 16-bit D) -> TMA store. The
         # stmatrix atom (16-bit) only defines the thread/value layout every epilogue copy follows.
@@ -622,7 +622,7 @@ class HopperGemm:
                 ab_pipeline,
                 tiled_mma,
                 accumulators,
-                acc_slow,
+                k_accs,
                 tCrA,
                 tCrB,
                 read_state,
@@ -733,12 +733,28 @@ class HopperGemm:
             )
 
     @cute.jit
+    def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, stage, accumulate: bool):
+        """Issue (and commit as one batch) the WGMMAs of one k-tile from ring stage `stage` into `acc`.
+
+        With `accumulate` false the first MMA runs with ACCUMULATE off, which zeroes `acc` without a fill.
+        Returns `tiled_mma` (its ACCUMULATE field is state): callers rebind it, so the DSL's tracer carries
+        it through their loops and branches.
+        """
+        warpgroup.fence()
+        for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, accumulate or k_block != 0)
+            coord = (None, None, k_block, stage)
+            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+        warpgroup.commit_group()
+        return tiled_mma
+
+    @cute.jit
     def _mainloop(
         self,
         ab_pipeline,
         tiled_mma: cute.TiledMma,
         accumulators: cute.Tensor,
-        acc_slow,
+        k_accs,
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
         read_state,
@@ -749,52 +765,95 @@ class HopperGemm:
         """All k-tiles of one output tile into `accumulators` (K >= 1, so there is at least one k-tile).
 
         One WGMMA batch stays in flight: the stage of k-tile i-1 is released once k-tile i's batch is
-        issued and i-1's has completed. The first MMA of a tile runs with ACCUMULATE off, which zeroes the
-        accumulator without a separate fill; with slow accumulation every k-tile starts that way and is
-        added into `acc_slow` once complete.
+        issued and i-1's has completed. With slow accumulation (`k_accs` set) see `_promoted_mainloop`.
         """
-        num_k_blocks = cute.size(tCrA, mode=[2])
-        # First k-tile (no stage to release yet).
-        ab_pipeline.consumer_wait(read_state)
-        warpgroup.fence()
-        for k_block in cutlass.range_constexpr(num_k_blocks):
-            tiled_mma.set(warpgroup.Field.ACCUMULATE, k_block != 0)
-            coord = (None, None, k_block, read_state.index)
-            cute.gemm(tiled_mma, accumulators, tCrA[coord], tCrB[coord], accumulators)
-        warpgroup.commit_group()
         if cutlass.const_expr(self.fp8_slow_accum):
-            warpgroup.wait_group(0)
-            acc_slow.store(accumulators.load())
-        read_state.advance()
-        for k_tile in range(1, k_tile_cnt):
+            read_state, release_state = self._promoted_mainloop(
+                ab_pipeline, tiled_mma, accumulators, k_accs, tCrA, tCrB, read_state, release_state,
+                k_tile_cnt, wg,
+            )
+        else:
             ab_pipeline.consumer_wait(read_state)
-            warpgroup.fence()
-            for k_block in cutlass.range_constexpr(num_k_blocks):
-                tiled_mma.set(
-                    warpgroup.Field.ACCUMULATE, not self.fp8_slow_accum or k_block != 0
-                )
-                coord = (None, None, k_block, read_state.index)
-                cute.gemm(tiled_mma, accumulators, tCrA[coord], tCrB[coord], accumulators)
-            warpgroup.commit_group()
-            if cutlass.const_expr(self.fp8_slow_accum):
-                warpgroup.wait_group(0)
-                acc_slow.store(acc_slow.load() + accumulators.load())
-            else:
-                warpgroup.wait_group(1)
+            tiled_mma = self._mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, False)
+            read_state.advance()
+            for _ in range(1, k_tile_cnt):
+                ab_pipeline.consumer_wait(read_state)
+                tiled_mma = self._mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, True)
+                read_state.advance()
+                warpgroup.wait_group(1)  # k-tile - 1 is done with its stage
+                ab_pipeline.consumer_release(release_state)
+                release_state.advance()
+            self._mma_turn_done(wg)
+            warpgroup.wait_group(0)
             ab_pipeline.consumer_release(release_state)
             release_state.advance()
-            read_state.advance()
+        return read_state, release_state
+
+    @cute.jit
+    def _promoted_mainloop(
+        self,
+        ab_pipeline,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        k_accs,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        read_state,
+        release_state,
+        k_tile_cnt: Int32,
+        wg,
+    ):
+        """fp8 slow accumulation: each k-tile's WGMMAs start a fresh accumulator, which is then added in
+        fp32 into `accumulators` (the "promotion" that keeps long-K fp8 sums accurate).
+
+        With two k-tile accumulators, k-tiles are issued in pairs and the first of a pair is promoted while
+        the second's WGMMAs run. (No batch stays in flight across the loop's back edge: the loop-carried
+        copies of an in-flight accumulator would make ptxas serialize every WGMMA of the kernel.) With one,
+        every k-tile's batch is waited for before its promotion.
+        """
+        accumulators.fill(0.0)
+        if cutlass.const_expr(len(k_accs) == 2):
+            acc_even, acc_odd = k_accs
+            for _ in range(k_tile_cnt // 2):
+                ab_pipeline.consumer_wait(read_state)
+                tiled_mma = self._mma_k_tile(tiled_mma, acc_even, tCrA, tCrB, read_state.index, False)
+                read_state.advance()
+                ab_pipeline.consumer_wait(read_state)
+                tiled_mma = self._mma_k_tile(tiled_mma, acc_odd, tCrA, tCrB, read_state.index, False)
+                read_state.advance()
+                release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 1)
+                release_state = self._promote(ab_pipeline, accumulators, acc_odd, release_state, 0)
+            if k_tile_cnt % 2 == 1:
+                ab_pipeline.consumer_wait(read_state)
+                tiled_mma = self._mma_k_tile(tiled_mma, acc_even, tCrA, tCrB, read_state.index, False)
+                read_state.advance()
+                release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 0)
+        else:
+            for _ in range(k_tile_cnt):
+                ab_pipeline.consumer_wait(read_state)
+                tiled_mma = self._mma_k_tile(tiled_mma, k_accs[0], tCrA, tCrB, read_state.index, False)
+                read_state.advance()
+                release_state = self._promote(ab_pipeline, accumulators, k_accs[0], release_state, 0)
+        self._mma_turn_done(wg)
+        return read_state, release_state
+
+    @cute.jit
+    def _promote(self, ab_pipeline, accumulators, k_acc, release_state, still_in_flight: int):
+        """Wait until at most `still_in_flight` WGMMA batches are pending (so `k_acc`'s is complete), add
+        it into `accumulators` and release its ring stage."""
+        warpgroup.wait_group(still_in_flight)
+        accumulators.store(accumulators.load() + k_acc.load())
+        ab_pipeline.consumer_release(release_state)
+        release_state.advance()
+        return release_state
+
+    @cute.jit
+    def _mma_turn_done(self, wg):
+        """Ping-pong: all of this tile's MMAs are issued, so the other warpgroup may start its mainloop."""
         if cutlass.const_expr(self.pingpong):
-            # All of this tile's MMAs are issued: the other warpgroup may start its mainloop.
             cute.arch.barrier_arrive(
                 barrier_id=MMA_TURN_BARRIER + 1 - wg, number_of_threads=2 * THREADS_PER_WARPGROUP
             )
-        warpgroup.wait_group(0)
-        ab_pipeline.consumer_release(release_state)
-        release_state.advance()
-        if cutlass.const_expr(self.fp8_slow_accum):
-            accumulators.store(acc_slow.load())
-        return read_state, release_state
 
 
 class HopperGemmWithC(HopperGemm):

@@ -23,6 +23,7 @@ CI_IDS = [
     "sm90_bf16_bf16_bf16_fp32acc_kkn_64x256x64_c1x1_pp",
     "sm90_bf16_bf16_bf16_fp32acc_mnm_128x128x64_c1x1_coop",
     "sm90_bf16_bf16_fp32_fp32acc_kkn_64x128x64_c1x2_coop",
+    "sm90_e4m3_e4m3_bf16_fp32acc_kkn_192x128x128_c1x2_coop",
     "sm90_e4m3_e4m3_e4m3_fp32acc_kkn_128x128x128_c2x1_coop",
     "sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_coop_fastacc",
     "sm90_fp16_fp16_fp16_fp32acc_kkn_128x256x64_c2x1_coop",
@@ -37,7 +38,11 @@ DEFAULT_GROUP_COUNTS = {
     "fp8": 120,
     "fp8_epilogue": 2,
     "pingpong": 12,
+    "tile192": 21,
     "small_m": 12,
+    "small_m_fp8_promoted": 2,
+    "fp8_e5m2_out": 4,
+    "epilogue_mixed": 4,
 }
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
@@ -94,12 +99,12 @@ def committed() -> Matrix:
 def test_committed_default_profile(committed):
     exp = committed.expand("default")
     assert Counter(exp.group_of.values()) == DEFAULT_GROUP_COUNTS
-    assert len(exp.specs) == sum(DEFAULT_GROUP_COUNTS.values()) == 262
-    assert len(exp.specs) <= 280  # build time and wheel size grow linearly with it
+    assert len(exp.specs) == sum(DEFAULT_GROUP_COUNTS.values()) == 293
+    assert len(exp.specs) <= 300  # build time and wheel size grow linearly with it
     assert {s.a_dtype for s in exp.specs} == {"bf16", "fp16", "e4m3", "e5m2"}
-    assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32", "e4m3"}
+    assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32", "e4m3", "e5m2"}
     assert {s.tile[:2] for s in exp.specs} == {
-        (128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32)
+        (128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32), (192, 128)
     }
     assert {s.cluster for s in exp.specs} == {(1, 1), (2, 1), (1, 2), (2, 2)}
     assert all(why_unsupported(s) is None for s in exp.specs)
@@ -127,12 +132,21 @@ def test_committed_default_covers_every_supported_combination(committed):
         assert _shipped(exp, a_dtype=a, b_dtype=b, d_dtype="bf16", d_major="m")
     for fast in (True, False):
         assert _shipped(exp, a_dtype="e4m3", c_dtype="bf16", fp8_fast_accum=fast)
+        assert _shipped(exp, d_dtype="e5m2", fp8_fast_accum=fast)
+        assert _shipped(exp, a_dtype="e4m3", tile=(192, 128, 128), fp8_fast_accum=fast)
     assert _shipped(exp, a_dtype="e4m3", schedule="pingpong", fp8_fast_accum=True)
+    # C with its own dtype or layout: an fp32 C into a 16-bit D, a transposed C, a 16-bit C into an fp32 D
+    assert _shipped(exp, a_dtype="bf16", d_dtype="bf16", c_dtype="fp32")
+    assert _shipped(exp, a_dtype="bf16", d_major="n", c_major="m")
+    assert _shipped(exp, a_dtype="fp16", d_dtype="fp32", c_dtype="fp16")
+    for dt in ("bf16", "fp16"):
+        for sched in ("cooperative", "pingpong"):
+            assert _shipped(exp, a_dtype=dt, tile=(192, 128, 64), schedule=sched)
 
 
-def test_committed_ci_profile_is_exactly_ten_and_in_default(committed):
+def test_committed_ci_profile_is_exactly_eleven_and_in_default(committed):
     ci = committed.expand("ci").names()
-    assert ci == CI_IDS and len(ci) <= 10
+    assert ci == CI_IDS and len(ci) <= 11
     assert set(ci) <= set(committed.expand("default").names())
 
 

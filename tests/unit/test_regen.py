@@ -107,12 +107,12 @@ def test_invalid_spec_exits_2_with_the_yaml_path(tree, capsys):
 def test_list_default_profile(capsys):
     assert main(["--list"]) == 0
     ids = capsys.readouterr().out.split()
-    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names() and len(ids) == 262
+    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names() and len(ids) == 293
 
 
 def test_list_ci_profile_and_kernel_globs(capsys):
     assert main(["--list", "--profile", "ci"]) == 0
-    assert len(capsys.readouterr().out.split()) == 10
+    assert len(capsys.readouterr().out.split()) == 11
     assert (
         main(["--list", "--kernels", "sm90_fp16_*_64x128x64_*", "*_bf16_fp32acc_*_256x128x64_c2x2_coop"]) == 0
     )
@@ -140,7 +140,7 @@ def test_runs_as_a_module():
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert len(r.stdout.split()) == 10
+    assert len(r.stdout.split()) == 11
 
 
 # --- --explain -----------------------------------------------------------------------------------------
@@ -153,7 +153,8 @@ def test_explain_known_id_without_manifest(tree, capsys):
     assert "tile: [128, 256, 64]" in out
     assert "c_dtype: null" in out and "c_major: null" in out and "fp8_fast_accum: false" in out
     assert "pass  acc_registers" in out and "FAIL" not in out
-    assert "accumulator: 128 fp32 registers per consumer thread (limit 128" in out
+    assert "registers: 2 consumer warpgroup(s) x 232 per thread, producer 40 (setmaxnreg)" in out
+    assert "accumulator: 128 fp32 registers per consumer thread (limit 200" in out
     assert "A/B stage: 128x64 bf16 + 256x64 bf16 = 49152 B" in out
     assert "D epilogue: 128x32 bf16 tile x 4 stages = 32768 B" in out
     assert "C epilogue: none (no C operand)" in out
@@ -174,8 +175,11 @@ def test_explain_shows_the_c_operand_and_fp8_accumulation(tree, capsys):
     slow = "sm90_e4m3_e4m3_bf16_fp32acc_kkn_128x256x128_c1x1_coop"
     assert run(tree, "--explain", slow) == 0  # a dropped id is known: explained, with why
     out = capsys.readouterr().out
-    assert "dropped from profile default: accumulator registers: fp8 with promoted" in out
-    assert "accumulator: 128 fp32 registers per consumer thread x 2 (fp8 promoted accumulation) = 256" in out
+    assert "dropped from profile default: accumulator registers: fp8 promoted (slow) accumulation" in out
+    assert (
+        "accumulator: 128 fp32 registers per consumer thread + 1 k-tile buffer(s) (fp8 promoted "
+        "accumulation) = 256 (limit 200" in out
+    )
     assert "FAIL  acc_registers" in out
 
 

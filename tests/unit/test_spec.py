@@ -11,7 +11,15 @@ import pytest
 
 from codegen import validity
 from codegen.spec import AMajor, BMajor, DMajor, DType, GemmSpec, Schedule, SpecError
-from codegen.validity import SmemPlan, acc_regs, check_rules, epilogue_tile, smem_plan, why_unsupported
+from codegen.validity import (
+    SmemPlan,
+    acc_regs,
+    check_rules,
+    epilogue_tile,
+    register_plan,
+    smem_plan,
+    why_unsupported,
+)
 
 BASE_ROW = {
     "a_dtype": "bf16",
@@ -286,7 +294,7 @@ FAILING = {
     "d_dtype": ({"d_dtype": "e5m2"}, "use bf16, fp16 or fp32"),
     "c_dtype": ({"c_dtype": "e4m3", "c_major": "n"}, "8-bit C operands are not supported"),
     "fast_accum": ({"fp8_fast_accum": True}, "fast accumulation is an fp8 option"),
-    "tile_m": ({"tile": [192, 128]}, "must be 64, 128, 256 for the cooperative schedule"),
+    "tile_m": ({"tile": [96, 128]}, "must be 64, 128, 192, 256 for the cooperative schedule"),
     "tile_n": ({"tile": [128, 272]}, "multiple of 32 in [32, 256]"),
     "tile_k": ({"tile": [128, 128, 48]}, "2, 4 or 8 MMA k-steps of 16 for bf16 inputs, i.e. 32, 64, 128"),
     "acc_registers": ({"tile": [256, 256]}, "256 fp32 values per consumer thread"),
@@ -372,14 +380,24 @@ def test_fast_accum_only_for_fp8():
 
 @pytest.mark.parametrize(
     ("sched", "m", "ok"),
-    [("cooperative", 64, True), ("cooperative", 128, True), ("cooperative", 256, True),
-     ("cooperative", 192, False), ("pingpong", 64, True), ("pingpong", 128, True), ("pingpong", 256, False)],
+    [("cooperative", 64, True), ("cooperative", 128, True), ("cooperative", 192, True),
+     ("cooperative", 256, True), ("cooperative", 320, False), ("pingpong", 64, True), ("pingpong", 128, True),
+     ("pingpong", 192, True), ("pingpong", 256, False)],
 )  # fmt: skip
 def test_tile_m_per_schedule(sched, m, ok):
     s = spec(schedule=sched, tile=[m, 64])
     assert (validity.tile_m(s) is None) == ok
     if sched == "pingpong" and not ok:
-        assert "must be 64, 128 for the pingpong schedule" in validity.tile_m(s)
+        assert "must be 64, 128, 192 for the pingpong schedule" in validity.tile_m(s)
+
+
+@pytest.mark.parametrize(("n", "ok"), [(64, True), (128, True), (160, False), (256, False)])
+def test_cooperative_192_rows_hold_at_most_128_columns(n, ok):
+    reason = validity.tile_n(spec(tile=[192, n]))
+    assert (reason is None) == ok
+    if not ok:
+        assert "three consumer warpgroups of 160 registers hold at most N = 128" in reason
+    assert validity.tile_n(spec(tile=[192, n], schedule="pingpong")) is None  # acc_registers decides there
 
 
 @pytest.mark.parametrize(
@@ -399,11 +417,15 @@ def test_tile_k_is_2_4_or_8_mma_k_steps(dtype, k, ok):
         ({"tile": [256, 128]}, 128, True),
         ({"tile": [256, 256]}, 256, False),
         ({"tile": [64, 256]}, 128, True),  # M = 64: one warpgroup owns the tile
+        ({"tile": [192, 128]}, 64, True),  # M = 192: three warpgroups (160 registers each)
         ({"tile": [64, 256], "schedule": "pingpong"}, 128, True),
         ({"tile": [128, 128], "schedule": "pingpong"}, 128, True),  # pingpong: each warpgroup a whole tile
+        ({"tile": [192, 128], "schedule": "pingpong"}, 192, True),
         ({"tile": [128, 256], "schedule": "pingpong"}, 256, False),
-        ({**FP8, "tile": [128, 128]}, 64, True),  # fp8 promoted: two accumulators, 2 x 64 fits
-        ({**FP8, "tile": [128, 256]}, 128, False),  # ... 2 x 128 does not
+        ({**FP8, "tile": [128, 128]}, 64, True),  # fp8 promoted: 64 + 2 x 64 k-tile buffers fit in 200
+        ({**FP8, "tile": [192, 128]}, 64, True),  # ... 64 + 1 x 64 fits in 128 (three warpgroups)
+        ({**FP8, "tile": [64, 128]}, 64, True),
+        ({**FP8, "tile": [128, 256]}, 128, False),  # ... 2 x 128 does not fit in 200
         ({**FP8, "tile": [128, 256], "fp8_fast_accum": True}, 128, True),
         ({**FP8, "tile": [128, 128], "schedule": "pingpong"}, 128, False),
         ({**FP8, "tile": [128, 128], "schedule": "pingpong", "fp8_fast_accum": True}, 128, True),
@@ -415,9 +437,32 @@ def test_accumulator_registers(changes, regs, ok):
     reason = validity.acc_registers(s)
     assert (reason is None) == ok
     if reason is not None:
-        assert "65536 per SM" in reason and "232 per consumer thread after setmaxnreg" in reason
-        if s.a_dtype.is_float8 and not s.fp8_fast_accum and regs <= 128:
-            assert "two fp32 accumulators" in reason and "use fp8_fast_accum true" in reason
+        assert "65536 per SM" in reason and "232 registers per thread after setmaxnreg" in reason
+        assert "the accumulators may take 200" in reason
+        if s.a_dtype.is_float8 and not s.fp8_fast_accum:
+            assert "at least one k-tile accumulator" in reason and "use fp8_fast_accum true" in reason
+
+
+@pytest.mark.parametrize(
+    ("changes", "want"),
+    [
+        # (consumer warpgroups, producer regs, consumer regs, acc regs, k-tile accumulator buffers)
+        ({"tile": [128, 256]}, (2, 40, 232, 128, 0)),
+        ({"tile": [64, 128]}, (1, 40, 232, 64, 0)),
+        ({"tile": [192, 128]}, (3, 32, 160, 64, 0)),
+        ({"tile": [64, 256], "schedule": "pingpong"}, (2, 40, 232, 128, 0)),
+        ({**FP8, "tile": [128, 128]}, (2, 40, 232, 64, 2)),  # double-buffered promotion fits
+        ({**FP8, "tile": [64, 128]}, (1, 40, 232, 64, 2)),
+        ({**FP8, "tile": [192, 128]}, (3, 32, 160, 64, 1)),  # 3 x 64 > 128: one buffer
+        ({**FP8, "tile": [128, 128], "fp8_fast_accum": True}, (2, 40, 232, 64, 0)),
+    ],
+)
+def test_register_plan(changes, want):
+    plan = register_plan(spec(**changes))
+    assert tuple(plan) == want
+    # The setmaxnreg split never exceeds the register file (65536 per SM, one CTA per SM).
+    assert (plan.producer_regs + plan.consumer_wgs * plan.consumer_regs) * 128 <= 65536
+    assert plan.acc_total <= plan.acc_budget
 
 
 # --- shared memory plan --------------------------------------------------------------------------------
@@ -432,6 +477,8 @@ def test_accumulator_registers(changes, regs, ok):
         ({"tile": [64, 128]}, (64, 32)),
         ({"tile": [128, 128], "schedule": "pingpong"}, (64, 32)),  # each warpgroup stores its own tile
         ({"tile": [64, 256], "schedule": "pingpong"}, (64, 32)),
+        ({"tile": [192, 128]}, (192, 32)),  # three warpgroups, 64 rows each
+        ({"tile": [192, 128], "schedule": "pingpong"}, (64, 32)),
     ],
 )
 def test_epilogue_tile(changes, want):
