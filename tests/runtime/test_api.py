@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import hgemm_sm90
-from hgemm_sm90 import api, manifest, problem, scheduling
+from hgemm_sm90 import api, manifest, plan, problem, scheduling
 from hgemm_sm90.args import ParamPacker
 from hgemm_sm90.loader import KernelCache
 
@@ -459,7 +459,7 @@ def test_pdl_needs_a_kernel_that_waits_for_its_predecessor(ci, fake, monkeypatch
     rec = ci.record(iid)
     assert rec.pdl  # every kernel of this source tree issues griddepcontrol.wait
     hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
-    monkeypatch.setitem(api._plans, iid, api._Plan(dataclasses.replace(rec, pdl=False)))
+    monkeypatch.setitem(api._plans, iid, plan.LaunchPlan(dataclasses.replace(rec, pdl=False), ci))
     with pytest.raises(hgemm_sm90.InvalidArgumentError, match="does not wait for its predecessor"):
         hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
 
