@@ -68,6 +68,7 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
         compiled = compile_instance(spec, Path(tmp) / "export")
         info = parse_cubin(compiled.cubin)
         record = capture_contract(spec, compiled, info, Path(tmp) / "oracle")
+        check_no_spills(spec, record["stats"])
         record["stats"]["compile_seconds"] = round(compiled.compile_seconds, 3)
         record["host_function"] = {"prefix": compiled.prefix, "name": compiled.function_name}
         key = cache_key(spec.to_json(), stamp)
@@ -75,6 +76,19 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
             key,
             {"kernel.cubin": compiled.cubin, "host.o": compiled.host_object, "host.h": compiled.host_header},
             record,
+        )
+
+
+def check_no_spills(spec: GemmSpec, stats: dict) -> None:
+    """BuildError if the kernel uses local memory: a spilling GEMM mainloop is several times slower and
+    nothing else would say so. The register plan (codegen/validity.py) is meant to make this unreachable
+    for supported specs; this is the measured check behind it."""
+    if stats["local_bytes"] > 0:
+        raise BuildError(
+            f"{spec.name()} spills: ptxas placed {stats['local_bytes']} bytes per thread in local memory "
+            f"({stats['registers']} registers at launch). The register plan is too optimistic for this tile: "
+            "use a smaller tile (or fp8_fast_accum), or raise codegen.validity.NON_ACC_REGS so the rules "
+            "refuse it"
         )
 
 

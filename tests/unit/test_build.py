@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from codegen.build import BuildError, build_entries
+from codegen.build import BuildError, build_entries, check_no_spills
 from codegen.cache import BuildCache
 from codegen.cubin_info import parse_cubin
 from codegen.oracle import cubin_from_object
@@ -28,6 +28,12 @@ def test_a_failing_instance_fails_the_build_with_its_id_and_reason(tmp_path):
         build_entries([bad], cache=BuildCache(tmp_path), jobs=1, progress=False)
     text = str(err.value)
     assert bad.name() in text and "tile M 96" in text and "--keep-going" in text
+
+
+def test_a_spilling_kernel_fails_the_build_naming_the_fix():
+    check_no_spills(_spec(), {"local_bytes": 0, "registers": 168})  # the shipped matrix: no spills
+    with pytest.raises(BuildError, match=r"spills: ptxas placed 48 bytes .* use a smaller tile"):
+        check_no_spills(_spec(), {"local_bytes": 48, "registers": 168})
 
 
 def test_keep_going_reports_every_failure(tmp_path):
