@@ -313,13 +313,16 @@ def tile_n(s: GemmSpec) -> str | None:
             f"tile N {n}: must be a multiple of 32 in [32, 256] (WGMMA's N range, in whole 32-column "
             "epilogue sub-tiles); use such an N"
         )
-    # Cooperative M = 192 splits its rows over three consumer warpgroups, which leaves 160 registers per
-    # thread: N <= 128. (The seed also offers 192 x N > 128 by splitting N over two warpgroups instead;
-    # this kernel does not implement that split.)
-    if s.schedule == Schedule.cooperative and s.tile[0] == 192 and n > 128:
+    # Cooperative M = 192 splits its rows over three consumer warpgroups: a 512-thread CTA, which ptxas
+    # compiles under a 128-register launch bound. One WGMMA of N >= 224 needs more than that in a single
+    # instruction (measured: ptxas C7602 "Insufficient registers (128)" for N = 224 and 256; N = 160 and
+    # 192 build without spills). The seed instead splits N over two warpgroups for N > 128; this kernel
+    # does not implement that split.
+    if s.schedule == Schedule.cooperative and s.tile[0] == 192 and n > 192:
         return (
-            f"tile N {n} with cooperative M = 192: three consumer warpgroups of 160 registers hold at most "
-            "N = 128; use N <= 128, or M = 128/256 for wider tiles"
+            f"tile N {n} with cooperative M = 192: three consumer warpgroups (a 512-thread CTA, compiled "
+            "under a 128-register bound) cannot hold one WGMMA of N > 192; use N <= 192, or M = 128/256 "
+            "for wider tiles"
         )
     return None
 

@@ -391,12 +391,12 @@ def test_tile_m_per_schedule(sched, m, ok):
         assert "must be 64, 128, 192 for the pingpong schedule" in validity.tile_m(s)
 
 
-@pytest.mark.parametrize(("n", "ok"), [(64, True), (128, True), (160, False), (256, False)])
-def test_cooperative_192_rows_hold_at_most_128_columns(n, ok):
+@pytest.mark.parametrize(("n", "ok"), [(64, True), (128, True), (160, True), (192, True), (224, False), (256, False)])
+def test_cooperative_192_rows_hold_at_most_192_columns(n, ok):
     reason = validity.tile_n(spec(tile=[192, n]))
     assert (reason is None) == ok
     if not ok:
-        assert "three consumer warpgroups of 160 registers hold at most N = 128" in reason
+        assert "cannot hold one WGMMA of N > 192" in reason
     assert validity.tile_n(spec(tile=[192, n], schedule="pingpong")) is None  # acc_registers decides there
 
 
