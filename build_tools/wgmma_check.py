@@ -41,11 +41,14 @@ def serialization_messages(ptxas: str, ptx: Path) -> list[str]:
     )
     if done.returncode != 0:
         raise RuntimeError(f"ptxas failed on {ptx.name}:\n{done.stderr[-2000:]}")
-    return [line.strip() for line in (done.stdout + done.stderr).splitlines() if any(c in line for c in SERIALIZED)]
+    log = (done.stdout + done.stderr).splitlines()
+    return [line.strip() for line in log if any(code in line for code in SERIALIZED)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m build_tools.wgmma_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m build_tools.wgmma_check", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("ids", nargs="+", metavar="ID", help="instance ids (kernel_specs.yaml names)")
     args = parser.parse_args(argv)
     ptxas = find_ptxas()

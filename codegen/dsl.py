@@ -81,7 +81,7 @@ def dsl_versions() -> dict[str, str]:
 def kernel_config(spec: GemmSpec):
     """The compile-time kernel configuration of one spec."""
     from .kernels.gemm_sm90 import KernelConfig
-    from .validity import epilogue_tile, register_plan, smem_plan
+    from .validity import epilogue_tile, mma_atom_layout, register_plan, smem_plan
 
     plan = smem_plan(spec)
     regs = register_plan(spec)
@@ -99,6 +99,7 @@ def kernel_config(spec: GemmSpec):
         c_stages=plan.c_stages,
         pingpong=spec.schedule == Schedule.pingpong,
         consumer_warpgroups=regs.consumer_wgs,
+        atom_layout_mn=mma_atom_layout(spec),
         producer_registers=regs.producer_regs,
         consumer_registers=regs.consumer_regs,
         # fp8 WGMMAs accumulate at reduced precision; without fast accumulation the kernel promotes each

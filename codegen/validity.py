@@ -73,10 +73,11 @@ def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
 
     Every warpgroup that shares the tile stores 64 rows of each sub-tile: 64 rows when one warpgroup owns
     the tile (M = 64, or ping-pong, where each warpgroup runs its own tile's epilogue), 128 for the two
-    cooperative warpgroups of M = 128/256, 192 for the three of M = 192. 32 columns keep the staging
-    buffers small enough for deep pipelines.
+    cooperative warpgroups of M = 128/256, 192 for the three of M = 192; under the N split of 192 x 256
+    each warpgroup stores its own column half in 64-row sub-tiles. 32 columns keep the staging buffers
+    small enough for deep pipelines.
     """
-    return (64 * consumer_wgs_per_tile(spec), 32)
+    return (64 * mma_atom_layout(spec)[0], 32)
 
 
 def ab_stage_bytes(spec: GemmSpec) -> int:
@@ -93,10 +94,15 @@ def c_stages(spec: GemmSpec) -> int:
     return C_STAGES if spec.has_c else 0
 
 
+def epi_buffer_sets(spec: GemmSpec) -> int:
+    """Sets of epilogue staging buffers: one per warpgroup that stores a column part on its own."""
+    return mma_atom_layout(spec)[1]
+
+
 def epi_smem_bytes(spec: GemmSpec) -> int:
-    """Shared memory of the D epilogue: epi_stages() buffers of one epilogue tile of D."""
+    """Shared memory of the D epilogue: epi_stages() buffers of one epilogue tile of D (per buffer set)."""
     em, en = epilogue_tile(spec)
-    return em * en * spec.d_dtype.bits // 8 * epi_stages(spec)
+    return em * en * spec.d_dtype.bits // 8 * epi_stages(spec) * epi_buffer_sets(spec)
 
 
 def c_smem_bytes(spec: GemmSpec) -> int:
@@ -104,7 +110,7 @@ def c_smem_bytes(spec: GemmSpec) -> int:
     if spec.c_dtype is None:
         return 0
     em, en = epilogue_tile(spec)
-    return em * en * spec.c_dtype.bits // 8 * c_stages(spec)
+    return em * en * spec.c_dtype.bits // 8 * c_stages(spec) * epi_buffer_sets(spec)
 
 
 def ab_budget_bytes(spec: GemmSpec) -> int:
@@ -168,7 +174,20 @@ def consumer_wgs_per_tile(spec: GemmSpec) -> int:
     """
     if spec.schedule != Schedule.cooperative:
         return 1
+    if n_split(spec):
+        return 2
     return {64: 1, 192: 3}.get(spec.tile[0], 2)
+
+
+def n_split(spec: GemmSpec) -> bool:
+    """Cooperative 192 x 256: two consumer warpgroups split the tile's columns (each owns 192 x 128 and
+    stores it with its own epilogue), as the seed does; three 64-row warpgroups cannot (the tile_n rule)."""
+    return spec.schedule == Schedule.cooperative and spec.tile[0] == 192 and spec.tile[1] == 256
+
+
+def mma_atom_layout(spec: GemmSpec) -> tuple[int, int]:
+    """How the consumer warpgroups sharing a tile are laid out over it, in WGMMA atoms along (M, N)."""
+    return (1, 2) if n_split(spec) else (consumer_wgs_per_tile(spec), 1)
 
 
 def consumer_wgs_per_cta(spec: GemmSpec) -> int:
@@ -316,13 +335,13 @@ def tile_n(s: GemmSpec) -> str | None:
     # Cooperative M = 192 splits its rows over three consumer warpgroups: a 512-thread CTA, which ptxas
     # compiles under a 128-register launch bound. One WGMMA of N >= 224 needs more than that in a single
     # instruction (measured: ptxas C7602 "Insufficient registers (128)" for N = 224 and 256; N = 160 and
-    # 192 build without spills). The seed instead splits N over two warpgroups for N > 128; this kernel
-    # does not implement that split.
-    if s.schedule == Schedule.cooperative and s.tile[0] == 192 and n > 192:
+    # 192 build without spills). N = 256 splits its columns over two warpgroups instead (n_split, as the
+    # seed does); 224 would split into 112-column halves, which the 32-column epilogue cannot store.
+    if s.schedule == Schedule.cooperative and s.tile[0] == 192 and n > 192 and not n_split(s):
         return (
             f"tile N {n} with cooperative M = 192: three consumer warpgroups (a 512-thread CTA, compiled "
-            "under a 128-register bound) cannot hold one WGMMA of N > 192; use N <= 192, or M = 128/256 "
-            "for wider tiles"
+            "under a 128-register bound) cannot hold one WGMMA of N > 192, and only N = 256 splits into "
+            "two warpgroups' halves; use N <= 192 or N = 256"
         )
     return None
 

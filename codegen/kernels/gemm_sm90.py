@@ -77,6 +77,10 @@ class KernelConfig:
     # Register plan (codegen/validity.py register_plan): consumer warpgroups per CTA (cooperative: one per
     # 64-row atom row of the tile, at most 3; ping-pong: 2) and the setmaxnreg split.
     consumer_warpgroups: int = 2
+    # How the warpgroups sharing a tile split it, in WGMMA atoms along (M, N): (warpgroups, 1) for
+    # cooperative tiles, except (1, 2) for cooperative 192 x 256 (validity.mma_atom_layout); unused under
+    # ping-pong, where each warpgroup owns its tile.
+    atom_layout_mn: tuple[int, int] = (2, 1)
     producer_registers: int = 40
     consumer_registers: int = 232
     # fp8 slow accumulation: each k-tile's WGMMAs go into one of these per-k-tile accumulators, which is
@@ -103,10 +107,18 @@ class HopperGemm:
         self.acc_dtype = config.acc_dtype
         self.pingpong = config.pingpong
         self.num_consumer_wgs = config.consumer_warpgroups
-        # WGMMA atoms per tile: ping-pong gives each warpgroup a whole tile, cooperative splits along M.
-        self.atom_layout_mnk = (1, 1, 1) if self.pingpong else (self.num_consumer_wgs, 1, 1)
-        # Threads that share one tile's mainloop and epilogue.
+        # WGMMA atoms per tile: ping-pong gives each warpgroup a whole tile, cooperative splits the tile
+        # along M, or along N (192 x 256: each warpgroup owns 192 x 128).
+        self.atom_layout_mnk = (1, 1, 1) if self.pingpong else (*config.atom_layout_mn, 1)
+        self.n_split = self.atom_layout_mnk[1] > 1
+        # Threads that share one tile's mainloop.
         self.tile_threads = THREADS_PER_WARPGROUP * (1 if self.pingpong else self.num_consumer_wgs)
+        # The epilogue belongs to one warpgroup when that warpgroup owns its accumulator's region alone
+        # (ping-pong: a whole tile; N split: a column half, each with its own staging buffers). Otherwise
+        # all consumer warpgroups store each sub-tile together.
+        self.wg_epilogue = self.pingpong or self.n_split
+        self.epi_threads = THREADS_PER_WARPGROUP if self.wg_epilogue else self.tile_threads
+        self.epi_buffer_sets = self.atom_layout_mnk[1]  # staging buffer sets: one per column part
         self.threads_per_cta = config.threads
         self.producer_warp = self.num_consumer_wgs * 4  # first warp of the producer warpgroup
         self.ab_stages = config.ab_stages
@@ -156,19 +168,19 @@ class HopperGemm:
             self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
             self.atom_layout_mnk,
-            tiler_mn=(64, self.tile_mnk[1]),
+            tiler_mn=(64, self.tile_mnk[1] // self.atom_layout_mnk[1]),
         )
         if cutlass.const_expr(self.tile_mnk[2] % cute.size(self.tiled_mma.shape_mnk, mode=[2]) != 0):
             raise ValueError(f"tile K {self.tile_mnk[2]} is not a multiple of the MMA K")
         self.cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
         a_smem_staged, b_smem_staged = self._operand_smem_layouts()
         epi_smem_staged = sm90_utils.make_smem_layout_epi(
-            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages
+            self.d_dtype, self.d_layout, self.epi_tile, self.epi_stages * self.epi_buffer_sets
         )
         c_smem_staged = None
         if cutlass.const_expr(mC is not None):
             c_smem_staged = sm90_utils.make_smem_layout_epi(
-                self.c_dtype, self.c_layout, self.epi_tile, self.c_stages
+                self.c_dtype, self.c_layout, self.epi_tile, self.c_stages * self.epi_buffer_sets
             )
 
         tma_atom_a, tma_tensor_a = self._make_load_tma(
@@ -211,7 +223,7 @@ class HopperGemm:
 
         fields = {"ab_full_empty": cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]}
         if cutlass.const_expr(mC is not None):
-            fields["c_full"] = cute.struct.MemRange[cutlass.Int64, self.c_stages]
+            fields["c_full"] = cute.struct.MemRange[cutlass.Int64, self.c_stages * self.epi_buffer_sets]
         fields["sA"] = buffer(self.a_dtype, a_smem_staged)
         fields["sB"] = buffer(self.b_dtype, b_smem_staged)
         fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
@@ -351,7 +363,7 @@ class HopperGemm:
             # One "C sub-tile landed" barrier per C buffer; the TMA's transaction bytes complete it.
             if warp_idx == 0:
                 with cute.arch.elect_one():
-                    for s in cutlass.range_constexpr(self.c_stages):
+                    for s in cutlass.range_constexpr(self.c_stages * self.epi_buffer_sets):
                         cute.arch.mbarrier_init(c_full + s, 1)
             cute.arch.mbarrier_init_fence()
         # Barrier init must be visible cluster-wide before any peer multicasts into this CTA.
@@ -533,16 +545,30 @@ class HopperGemm:
         )
 
         # Epilogue partitions: registers -> shared memory (stmatrix for 16-bit D) -> TMA store. The
-        # stmatrix atom (16-bit) only defines the thread/value layout every epilogue copy follows.
+        # stmatrix atom (16-bit) only defines the thread/value layout every epilogue copy follows. With
+        # the N split each warpgroup stores its own column half: its accumulator fragment is exactly a
+        # one-warpgroup MMA's over 192 x N/2, so that MMA defines the epilogue's partition.
+        epi_tidx = tidx % self.epi_threads
+        epi_mma = tiled_mma
+        if cutlass.const_expr(self.n_split):
+            epi_mma = sm90_utils.make_trivial_tiled_mma(
+                self.a_dtype,
+                self.b_dtype,
+                self.a_layout.sm90_mma_major_mode(),
+                self.b_layout.sm90_mma_major_mode(),
+                self.acc_dtype,
+                (1, 1, 1),
+                tiler_mn=(64, self.tile_mnk[1] // self.atom_layout_mnk[1]),
+            )
         copy_atom_c_layout = cute.make_copy_atom(
             cute.nvgpu.warp.StMatrix8x8x16bOp(self.d_layout.is_m_major_c(), 4), cutlass.Float16
         )
-        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c_layout, tiled_mma)
+        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c_layout, epi_mma)
         copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(
             self.d_layout, elem_ty_d=self.d_dtype, elem_ty_acc=self.acc_dtype
         )
         tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
-        thr_copy_r2s = tiled_copy_r2s.get_slice(tile_tidx)
+        thr_copy_r2s = tiled_copy_r2s.get_slice(epi_tidx)
         tRS_sD = thr_copy_r2s.partition_D(sD)
         tRS_rAcc = tiled_copy_r2s.retile(accumulators)
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))
@@ -555,20 +581,25 @@ class HopperGemm:
             tiled_copy_s2r = cute.make_tiled_copy_S(
                 cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.c_dtype), tiled_copy_c_atom
             )
-            thr_copy_s2r = tiled_copy_s2r.get_slice(tile_tidx)
+            thr_copy_s2r = tiled_copy_s2r.get_slice(epi_tidx)
             tSR_sC = thr_copy_s2r.partition_S(sC)
             tRS_rC = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
             tSR_rC = thr_copy_s2r.retile(tRS_rC)
 
         wg = warp_group_idx if self.pingpong else 0
+        epi_wg = warp_group_idx if self.wg_epilogue else 0
         epilogue_barrier = pipeline.NamedBarrier(
-            barrier_id=EPILOGUE_BARRIER + wg, num_threads=self.tile_threads
+            barrier_id=EPILOGUE_BARRIER + epi_wg, num_threads=self.epi_threads
         )
-        # The first warp of the tile's threads issues the epilogue's TMA loads (C) and stores (D).
-        is_epi_warp = warp_idx == (warp_group_idx * 4 if self.pingpong else 0)
+        # The first warp of the epilogue's threads issues its TMA loads (C) and stores (D).
+        is_epi_warp = warp_idx == epi_wg * 4
+        # N split: this warpgroup's staging buffers and C barriers, and its column half of each tile.
+        own_part = warp_group_idx if self.n_split else 0
+        d_buffer_base = own_part * self.epi_stages
+        c_buffer_base = own_part * self.c_stages
         tma_store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=self.epi_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_threads),
         )
         c_subtile_bytes = 0
         if cutlass.const_expr(has_c):
@@ -580,8 +611,9 @@ class HopperGemm:
         release_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.ab_stages
         )
-        epi_tiles_per_tile = cute.size(
-            cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1]
+        epi_tiles_per_tile = (
+            cute.size(cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1])
+            // self.epi_buffer_sets
         )
         epi_buffer = Int32(0)  # next D staging buffer
         c_count = Int32(0)  # C sub-tiles loaded so far through the shared C buffers (phase tracking)
@@ -644,8 +676,11 @@ class HopperGemm:
                 cute.group_modes(sD, 0, 2),
                 gD_tile,
             )
+            # This epilogue's sub-tiles, row by row (the accumulator's register order): all of them, or
+            # under the N split this warpgroup's column half.
             epi_grid = gD_tile.shape[1]
-            epi_order = cute.make_layout(epi_grid, stride=(epi_grid[1], 1))
+            own_cols = epi_grid[1] // self.epi_buffer_sets
+            epi_order = cute.make_layout((epi_grid[0], own_cols), stride=(own_cols, 1))
             bGS_sC, bGS_gC = None, None
             if cutlass.const_expr(has_c):
                 gC_tile = cute.zipped_divide(
@@ -661,21 +696,23 @@ class HopperGemm:
                 # Prefetch the first sub-tile(s) of C; the buffers are free (see the barrier below).
                 for i in cutlass.range_constexpr(min(self.c_stages, epi_tiles_per_tile)):
                     self._load_c_subtile(
-                        tma_atom_c, bGS_sC, bGS_gC, c_full, epi_order, i, c_count + i, c_subtile_bytes,
-                        is_epi_warp,
+                        tma_atom_c, bGS_sC, bGS_gC, c_full, self._sub_tile(epi_order, i, own_part * own_cols),
+                        c_buffer_base, c_count + i, c_subtile_bytes, is_epi_warp,
                     )
             for epi_idx in cutlass.range_constexpr(epi_tiles_per_tile):
                 for v in cutlass.range_constexpr(regs_per_epi_tile):
                     tRS_rD[v] = tRS_rAcc[epi_idx * regs_per_epi_tile + v]
                 acc_vec = tRS_rD.load() * alpha
                 if cutlass.const_expr(has_c):
-                    c_buffer = (c_count + epi_idx) % self.c_stages
+                    c_buffer = c_buffer_base + (c_count + epi_idx) % self.c_stages
                     c_phase = ((c_count + epi_idx) // self.c_stages) % 2
                     cute.arch.mbarrier_wait(c_full + c_buffer, c_phase)
                     cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, c_buffer)], tSR_rC)
                     acc_vec = acc_vec + tRS_rC.load().to(self.acc_dtype) * beta
                 tRS_rD_out.store(acc_vec.to(self.d_dtype))
-                cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
+                cute.copy(
+                    tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, d_buffer_base + epi_buffer)]
+                )
                 # stmatrix writes are generic-proxy; the TMA store (and the next TMA load of C into the
                 # buffer just read) go through the async proxy.
                 cute.arch.fence_proxy("async.shared", space="cta")
@@ -683,8 +720,8 @@ class HopperGemm:
                 if is_epi_warp:
                     cute.copy(
                         tma_atom_d,
-                        bSG_sD[(None, epi_buffer)],
-                        bSG_gD[(None, epi_order.get_hier_coord(epi_idx))],
+                        bSG_sD[(None, d_buffer_base + epi_buffer)],
+                        bSG_gD[(None, self._sub_tile(epi_order, epi_idx, own_part * own_cols))],
                     )
                     tma_store_pipeline.producer_commit()
                     tma_store_pipeline.producer_acquire()
@@ -693,8 +730,9 @@ class HopperGemm:
                     # it with the sub-tile c_stages ahead.
                     if cutlass.const_expr(epi_idx + self.c_stages < epi_tiles_per_tile):
                         self._load_c_subtile(
-                            tma_atom_c, bGS_sC, bGS_gC, c_full, epi_order, epi_idx + self.c_stages,
-                            c_count + epi_idx + self.c_stages, c_subtile_bytes, is_epi_warp,
+                            tma_atom_c, bGS_sC, bGS_gC, c_full,
+                            self._sub_tile(epi_order, epi_idx + self.c_stages, own_part * own_cols),
+                            c_buffer_base, c_count + epi_idx + self.c_stages, c_subtile_bytes, is_epi_warp,
                         )
                 epilogue_barrier.arrive_and_wait()
                 epi_buffer = (epi_buffer + 1) % self.epi_stages
@@ -716,18 +754,24 @@ class HopperGemm:
         if is_epi_warp:
             tma_store_pipeline.producer_tail()
 
+    @staticmethod
+    def _sub_tile(epi_order, epi_idx: int, col_offset):
+        """The (row, column) of this epilogue's `epi_idx`-th sub-tile in the tile's grid of sub-tiles."""
+        row, col = epi_order.get_hier_coord(epi_idx)
+        return (row, col + col_offset)
+
     @cute.jit
     def _load_c_subtile(
-        self, tma_atom_c, bGS_sC, bGS_gC, c_full, epi_order, epi_idx, c_index, c_subtile_bytes, is_epi_warp
+        self, tma_atom_c, bGS_sC, bGS_gC, c_full, sub_tile, buffer_base, c_index, c_subtile_bytes, is_epi_warp
     ):
-        """One warp loads C's epilogue sub-tile `epi_idx` into buffer `c_index % c_stages` by TMA."""
+        """One warp loads C's epilogue sub-tile `sub_tile` into buffer `buffer_base + c_index % c_stages`."""
         if is_epi_warp:
-            buffer = c_index % self.c_stages
+            buffer = buffer_base + c_index % self.c_stages
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(c_full + buffer, c_subtile_bytes)
             cute.copy(
                 tma_atom_c,
-                bGS_gC[(None, epi_order.get_hier_coord(epi_idx))],
+                bGS_gC[(None, sub_tile)],
                 bGS_sC[(None, buffer)],
                 tma_bar_ptr=c_full + buffer,
             )

@@ -78,7 +78,7 @@ def test_installed_wheel_imports_and_lists_instances_without_gpu_dsl_or_driver(c
         "import sys, importlib.util, hgemm_sm90 as h\n"
         "assert importlib.util.find_spec('cutlass') is None, 'the DSL leaked into the clean venv'\n"
         "ids = [i.id for i in h.instances()]\n"
-        "assert len(ids) == 11, ids\n"
+        "assert len(ids) == 12, ids\n"
         "i = h.instances()[0]\n"
         "assert i.tile[2] > 0 and i.cluster and i.schedule == 'cooperative', i\n"
         "bad = {'cutlass', 'codegen', 'jinja2', 'yaml', 'torch'} & {m.split('.')[0] for m in sys.modules}\n"
@@ -86,7 +86,7 @@ def test_installed_wheel_imports_and_lists_instances_without_gpu_dsl_or_driver(c
         "print(len(ids))\n",
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "11"
+    assert done.stdout.strip() == "12"
 
 
 def test_launch_without_driver_bindings_raises_a_typed_error_naming_the_fix(clean_venv):

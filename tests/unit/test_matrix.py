@@ -20,6 +20,7 @@ CI_IDS = [
     "sm90_bf16_bf16_bf16_fp32acc_kkm_128x256x64_c1x1_coop_cbf16m",
     "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop",
     "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x2_coop",
+    "sm90_bf16_bf16_bf16_fp32acc_kkn_192x256x64_c1x2_coop",
     "sm90_bf16_bf16_bf16_fp32acc_kkn_64x256x64_c1x1_pp",
     "sm90_bf16_bf16_bf16_fp32acc_mnm_128x128x64_c1x1_coop",
     "sm90_bf16_bf16_fp32_fp32acc_kkn_64x128x64_c1x2_coop",
@@ -39,6 +40,7 @@ DEFAULT_GROUP_COUNTS = {
     "fp8_epilogue": 2,
     "pingpong": 12,
     "tile192": 21,
+    "tile192_wide": 6,
     "small_m": 12,
     "small_m_fp8_promoted": 2,
     "fp8_e5m2_out": 4,
@@ -99,12 +101,12 @@ def committed() -> Matrix:
 def test_committed_default_profile(committed):
     exp = committed.expand("default")
     assert Counter(exp.group_of.values()) == DEFAULT_GROUP_COUNTS
-    assert len(exp.specs) == sum(DEFAULT_GROUP_COUNTS.values()) == 293
+    assert len(exp.specs) == sum(DEFAULT_GROUP_COUNTS.values()) == 299
     assert len(exp.specs) <= 300  # build time and wheel size grow linearly with it
     assert {s.a_dtype for s in exp.specs} == {"bf16", "fp16", "e4m3", "e5m2"}
     assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32", "e4m3", "e5m2"}
     assert {s.tile[:2] for s in exp.specs} == {
-        (128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32), (192, 128)
+        (128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32), (192, 128), (192, 256)
     }
     assert {s.cluster for s in exp.specs} == {(1, 1), (2, 1), (1, 2), (2, 2)}
     assert all(why_unsupported(s) is None for s in exp.specs)
@@ -144,9 +146,9 @@ def test_committed_default_covers_every_supported_combination(committed):
             assert _shipped(exp, a_dtype=dt, tile=(192, 128, 64), schedule=sched)
 
 
-def test_committed_ci_profile_is_exactly_eleven_and_in_default(committed):
+def test_committed_ci_profile_is_exactly_twelve_and_in_default(committed):
     ci = committed.expand("ci").names()
-    assert ci == CI_IDS and len(ci) <= 11
+    assert ci == CI_IDS and len(ci) <= 12
     assert set(ci) <= set(committed.expand("default").names())
 
 

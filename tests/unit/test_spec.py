@@ -391,13 +391,24 @@ def test_tile_m_per_schedule(sched, m, ok):
         assert "must be 64, 128, 192 for the pingpong schedule" in validity.tile_m(s)
 
 
-@pytest.mark.parametrize(("n", "ok"), [(64, True), (128, True), (160, True), (192, True), (224, False), (256, False)])
-def test_cooperative_192_rows_hold_at_most_192_columns(n, ok):
+@pytest.mark.parametrize(("n", "ok"), [(64, True), (128, True), (160, True), (192, True), (224, False), (256, True)])
+def test_cooperative_192_rows_take_n_up_to_192_or_split_256(n, ok):
     reason = validity.tile_n(spec(tile=[192, n]))
     assert (reason is None) == ok
     if not ok:
-        assert "cannot hold one WGMMA of N > 192" in reason
-    assert validity.tile_n(spec(tile=[192, n], schedule="pingpong")) is None  # acc_registers decides there
+        assert "cannot hold one WGMMA of N > 192" in reason and "use N <= 192 or N = 256" in reason
+
+
+def test_192x256_splits_its_columns_between_two_warpgroups():
+    s = spec(tile=[192, 256])
+    assert validity.n_split(s) and validity.mma_atom_layout(s) == (1, 2)
+    assert tuple(register_plan(s)) == (2, 40, 232, 192, 0)  # each warpgroup: 192 x 128
+    assert epilogue_tile(s) == (64, 32)  # each warpgroup stores its half, with its own staging buffers
+    assert validity.epi_smem_bytes(s) == 2 * 64 * 32 * 2 * 4
+    assert validity.mma_atom_layout(spec(tile=[192, 128])) == (3, 1)
+    assert validity.mma_atom_layout(spec(tile=[192, 256], schedule="pingpong")) == (1, 1)
+    assert validity.acc_registers(spec(tile=[192, 256], schedule="pingpong")) is not None  # 384 values
+    assert validity.tile_n(spec(tile=[192, 256], schedule="pingpong")) is None  # acc_registers decides there
 
 
 @pytest.mark.parametrize(
