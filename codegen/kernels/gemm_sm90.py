@@ -28,6 +28,9 @@ Partial tiles are handled by TMA itself: loads outside a tensor are zero-filled 
 zeros) and stores outside D are dropped. So M, N, K need no tile multiple; only TMA's 16-byte alignment of
 base pointers, leading dimensions and batch strides remains (checked by the runtime).
 
+Compiler facts that constrain this file (ptxas serializing WGMMAs, the launch bound per WGMMA, spills from
+unrolling) are in docs/KERNEL.md.
+
 The host entries take only tensors, scalars and a stream, so their launch is easy to reproduce from the
 manifest (DESIGN.md fact 2, docs/CONTRACT.md). Everything else is compile-time (one cubin per instance).
 """
