@@ -63,9 +63,10 @@ def _kernel_cache() -> KernelCache:
 def _plan(instance_id: str) -> LaunchPlan:
     plan = _plans.get(instance_id)
     if plan is None:
-        record = _kernel_cache().manifest.record(instance_id)  # UnknownInstanceError with suggestions
+        catalog = _kernel_cache().manifest
+        record = catalog.record(instance_id)  # UnknownInstanceError with suggestions
         with _lock:
-            plan = _plans.setdefault(instance_id, LaunchPlan(record, _kernel_cache().manifest))
+            plan = _plans.setdefault(instance_id, LaunchPlan(record, catalog))
     return plan
 
 
