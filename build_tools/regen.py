@@ -28,7 +28,7 @@ from pathlib import Path
 import jinja2
 
 from codegen.matrix import Expansion, Matrix, MatrixError, load_matrix
-from codegen.spec import GemmSpec, SpecError
+from runtime.spec import GemmSpec, SpecError
 from codegen.validity import (
     BARRIER_RESERVE_BYTES,
     SMEM_CAPACITY_BYTES,

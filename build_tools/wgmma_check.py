@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo))
     from codegen.dsl import compile_instance, configure_environment
-    from codegen.spec import GemmSpec, SpecError
+    from runtime.spec import GemmSpec, SpecError
 
     try:
         specs = [GemmSpec.parse(i) for i in args.ids]

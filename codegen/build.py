@@ -21,17 +21,17 @@ import tempfile
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 
+from runtime.contract import Manifest
+from runtime.spec import GemmSpec
+
 from .cache import BuildCache, CacheEntry, cache_key
 from .matrix import load_matrix
-from .spec import GemmSpec
 from .toolchain import ToolchainError, check_pinned_dsl, toolchain_stamp
 
-MANIFEST_FORMAT = "hgemm-sm90-manifest"
-CONTRACT_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,14 +68,14 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
         compiled = compile_instance(spec, Path(tmp) / "export")
         info = parse_cubin(compiled.cubin)
         record = capture_contract(spec, compiled, info, Path(tmp) / "oracle")
-        check_no_spills(spec, record["stats"])
-        record["stats"]["compile_seconds"] = round(compiled.compile_seconds, 3)
-        record["host_function"] = {"prefix": compiled.prefix, "name": compiled.function_name}
+        check_no_spills(spec, record.stats)
+        record = replace(record, stats={**record.stats, "compile_seconds": round(compiled.compile_seconds, 3)})
         key = cache_key(spec.to_json(), stamp)
         return cache.store(
             key,
             {"kernel.cubin": compiled.cubin, "host.o": compiled.host_object, "host.h": compiled.host_header},
             record,
+            host_function={"prefix": compiled.prefix, "name": compiled.function_name},
         )
 
 
@@ -168,36 +168,25 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_kernel_dir(entries: dict[str, CacheEntry], out: Path, profile: str) -> dict:
+def write_kernel_dir(entries: dict[str, CacheEntry], out: Path, profile: str) -> Manifest:
     """Copy cubins to `out`, then write manifest.json last. Returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
     instances = {}
     for name in sorted(entries):
-        entry = entries[name]
-        record = entry.record
-        record.pop("host_function", None)  # build-side detail: the runtime never sees the host code
-        cubin_name = f"{name}.cubin"
-        _write_atomic(out / cubin_name, entry.cubin.read_bytes())
-        record["cubin"] = cubin_name
+        record = entries[name].record
+        _write_atomic(out / record.cubin, entries[name].cubin.read_bytes())
         instances[name] = record
     for stale in out.glob("*.cubin"):
         if stale.stem not in instances:
             stale.unlink()
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "contract_version": CONTRACT_VERSION,
-        "arch": "sm_90a",
-        # The newest CUDA API any cubin declares (EIATTR_CUDA_API_VERSION), in cuDriverGetVersion units.
-        "min_driver_version": max(r["min_driver_version"] for r in instances.values()),
-        "profile": profile,
-        "toolchain": toolchain_stamp(),
-        "instances": instances,
-    }
-    _write_atomic(out / "manifest.json", (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode())
+    manifest = Manifest(profile=profile, toolchain=toolchain_stamp(), instances=instances,
+                        path=str((out / "manifest.json").resolve()))
+    doc = json.dumps(manifest.to_json(), sort_keys=True, indent=1) + "\n"
+    _write_atomic(out / "manifest.json", doc.encode())
     return manifest
 
 
-def run(args: BuildArgs) -> dict:
+def run(args: BuildArgs) -> Manifest:
     check_pinned_dsl()
     matrix = load_matrix(args.spec)
     expansion = matrix.expand(args.profile, only_globs=tuple(args.kernels))
@@ -213,7 +202,7 @@ def run(args: BuildArgs) -> dict:
     )
     manifest = write_kernel_dir(entries, args.out, args.profile)
     if not args.quiet:
-        total = sum(len((args.out / r["cubin"]).read_bytes()) for r in manifest["instances"].values())
+        total = sum(r.cubin_bytes for r in manifest.instances.values())
         print(
             f"hgemm-sm90: {len(entries)} instances of profile {args.profile!r} -> {args.out} "
             f"({total / 1e6:.1f} MB of cubins, {time.perf_counter() - t0:.1f} s)",

@@ -1,8 +1,8 @@
 """A content-addressed, crash-safe cache of compiled instances (STYLE P7).
 
 Key: sha256 of the canonical spec JSON plus the toolchain stamp (codegen/toolchain.py). An entry is a
-directory holding the cubin, the exported host object (the oracle's input), and `record.json` — the
-instance's launch contract. Entries are assembled in a private temporary directory and renamed into place
+directory holding the cubin, the exported host object and its entry point (`host.json`: the oracle's
+input), and `record.json` — the instance's launch contract (runtime/contract.py's `InstanceRecord`). Entries are assembled in a private temporary directory and renamed into place
 in one step, with `record.json` written last inside it, so a crash never leaves a half entry that looks
 complete. The default root is `~/.cache/hgemm-sm90/build` (override: HGEMM_BUILD_CACHE).
 """
@@ -17,7 +17,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.contract import InstanceRecord
+
 RECORD = "record.json"
+HOST_FUNCTION = "host.json"
 
 
 def default_root() -> Path:
@@ -37,8 +40,13 @@ class CacheEntry:
     path: Path
 
     @property
-    def record(self) -> dict:
-        return json.loads((self.path / RECORD).read_text())
+    def record(self) -> InstanceRecord:
+        return InstanceRecord.from_json(json.loads((self.path / RECORD).read_text()), path=str(self.path / RECORD))
+
+    @property
+    def host_function(self) -> dict:
+        """The exported host entry point: {"prefix": ..., "name": ...} (codegen/dsl.py)."""
+        return json.loads((self.path / HOST_FUNCTION).read_text())
 
     @property
     def cubin(self) -> Path:
@@ -61,8 +69,10 @@ class BuildCache:
         path = self.root / key[:2] / key
         return CacheEntry(path) if (path / RECORD).is_file() else None
 
-    def store(self, key: str, files: dict[str, Path | bytes], record: dict) -> CacheEntry:
-        """Atomically create the entry `key` from `files` (name -> source path or bytes) and `record`."""
+    def store(self, key: str, files: dict[str, Path | bytes], record: InstanceRecord,
+              host_function: dict) -> CacheEntry:
+        """Atomically create the entry `key` from `files` (name -> source path or bytes), the exported host
+        entry point and `record` (written last)."""
         final = self.root / key[:2] / key
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=final.parent))
@@ -72,7 +82,8 @@ class BuildCache:
                     (tmp / name).write_bytes(src)
                 else:
                     shutil.copyfile(src, tmp / name)
-            (tmp / RECORD).write_text(json.dumps(record, sort_keys=True, indent=1))
+            (tmp / HOST_FUNCTION).write_text(json.dumps(host_function, sort_keys=True))
+            (tmp / RECORD).write_text(json.dumps(record.to_json(), sort_keys=True, indent=1))
             try:
                 os.replace(tmp, final)
             except OSError:

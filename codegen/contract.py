@@ -6,7 +6,7 @@ stub CUDA runtime (codegen/oracle.py) with two *probe* problems whose every quan
 leading dimensions, batch strides, int32 and float32 scalars — is distinct, and each parameter's bytes are
 explained:
 
-- 128 bytes: a TMA descriptor. Decoded (runtime/tensormap.py); its address names the operand (a, b, d, or
+- 128 bytes: a TMA descriptor. Decoded (codegen/tensormap_decode.py); its address names the operand (a, b, d, or
   c when the epilogue reads C); each descriptor dim and stride is matched by value to a named extent
   (m, n, k, l) or stride (lda, ..., batch_stride_c). Re-encoding the recipe must reproduce the DSL's
   meaningful bytes exactly.
@@ -17,7 +17,8 @@ explained:
 - 1 byte: an empty struct the DSL passes for compile-time data (tiled MMA, layouts): opaque.
 Anything a probe cannot explain fails the build with the instance id: a DSL upgrade that changes the
 host code's behaviour is caught here, not on a user's GPU. The grid, block, cluster and shared memory of
-both probes must also match the documented grid rule. The result is the manifest record (CONTRACT.md).
+both probes must also match the documented grid rule. The result is the instance's typed manifest record
+(runtime/contract.py, documented in docs/CONTRACT.md).
 """
 
 from __future__ import annotations
@@ -29,16 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime import scheduling, tensormap
+from runtime.contract import DESCRIPTOR_BYTES, TMA_ALIGN_BYTES, InstanceRecord, Param, TensorMapRecipe
+from runtime.spec import EXTENTS, OPERAND_EXTENTS, STRIDES, GemmSpec, batch_stride_name, ld_name
 
 from .cubin_info import CubinInfo
-from .dsl import CompiledInstance, host_scalars, host_tensors
+from .dsl import CompiledInstance, host_scalars
 from .oracle import build_oracle, fatbin_cubins, tensor_struct
-from .spec import DType, GemmSpec
-
-EXTENTS = ("m", "n", "k", "l")
-OPERANDS = ("a", "b", "d", "c")  # every operand a descriptor may name; C only where the epilogue reads it
-STRIDES = tuple(f"ld{op}" for op in OPERANDS) + tuple(f"batch_stride_{op}" for op in OPERANDS)
-TMA_ALIGN_BYTES = 16
+from .tensormap_decode import decode
 
 
 class ContractError(RuntimeError):
@@ -53,26 +51,6 @@ class Probe:
 
     def __getitem__(self, name: str) -> int:
         return self.values[name]
-
-
-def operand_rows_cols(operand: str) -> tuple[str, str]:
-    """The (row, column) extent names of an operand, per the launch convention: A is MxK, B NxK, D and C
-    MxN."""
-    return {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n"), "c": ("m", "n")}[operand]
-
-
-def operand_major(spec: GemmSpec, operand: str) -> str:
-    return {"a": spec.a_major, "b": spec.b_major, "d": spec.d_major, "c": spec.c_major}[operand]
-
-
-def operand_dtype(spec: GemmSpec, operand: str) -> DType:
-    return {"a": spec.a_dtype, "b": spec.b_dtype, "d": spec.d_dtype, "c": spec.c_dtype}[operand]
-
-
-def contiguous_extent(spec: GemmSpec, operand: str) -> str:
-    """Name of the operand's unit-stride extent, from its majorness."""
-    rows, cols = operand_rows_cols(operand)
-    return rows if operand_major(spec, operand) == rows else cols
 
 
 # Float32 scalars per probe: exactly representable, different between the probes and from each other, and
@@ -90,14 +68,14 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
     probes = []
     for p, v in enumerate(shapes):
         v = dict(v)
-        for i, op in enumerate(host_tensors(spec)):
-            rows, cols = operand_rows_cols(op)
-            contiguous = contiguous_extent(spec, op)
+        for i, op in enumerate(spec.operands):
+            rows, cols = OPERAND_EXTENTS[op]
+            contiguous = spec.contiguous_extent(op)
             other = cols if contiguous == rows else rows
-            align = 16 * 8 // operand_dtype(spec, op).bits  # elements per 16 bytes (TMA's rule)
+            align = TMA_ALIGN_BYTES // spec.dtype_of(op).bytes  # elements per 16 bytes (TMA's rule)
             ld = -(-v[contiguous] // align) * align + align * (3 + 2 * i + 7 * p)  # padded, aligned
-            v[f"ld{op}"] = ld
-            v[f"batch_stride_{op}"] = v[other] * ld + 64 * (1 + i + 3 * p)
+            v[ld_name(op)] = ld
+            v[batch_stride_name(op)] = v[other] * ld + 64 * (1 + i + 3 * p)
             v[op] = 0x7F00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x1000 * (i + 2)
         v["stream"] = 0x5117 + p
         ints = [x for x in v.values() if x not in (0, 1)]  # raster_along_m is a 0/1 flag in both probes
@@ -113,14 +91,14 @@ def host_args(spec: GemmSpec, probe) -> list:
     pointers, extents, strides, scalars and `stream`): the tensor structs, the scalars (`host_scalars`
     order), the stream. The oracle tests build their calls with it too."""
     args = []
-    for op in host_tensors(spec):
-        rows, cols = operand_rows_cols(op)
+    for op in spec.operands:
+        rows, cols = OPERAND_EXTENTS[op]
         # Only dynamic modes appear: all three extents, and the two non-unit strides in mode order.
         args.append(
             tensor_struct(
                 probe[op],
                 (probe[rows], probe[cols], probe["l"]),
-                (probe[f"ld{op}"], probe[f"batch_stride_{op}"]),
+                (probe[ld_name(op)], probe[batch_stride_name(op)]),
             )
         )
     ctype = {"f32": ctypes.c_float, "i32": ctypes.c_int32}
@@ -140,22 +118,17 @@ def _unique(candidates_per_probe: list[list[str]], what: str) -> str:
     return common.pop()
 
 
-def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str) -> dict:
-    decoded = [tensormap.decode(r) for r in raw]
+def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offset: int) -> Param:
+    decoded = [decode(r) for r in raw]
     for d in decoded:
-        if d["unknown_bits"] or d["l2_promotion"] == "unknown":
+        if d["unknown_bits"]:
             raise ContractError(f"{where}: descriptor bits this runtime cannot encode: {d['unknown_bits']}")
-    operand = _unique(
-        [_match(d["global_address"], host_tensors(spec), p) for d, p in zip(decoded, probes)], where
-    )
-    dtype = str(operand_dtype(spec, operand))
-    elem = tensormap.element_bytes(dtype)
-    # The descriptor holds a data format, not the dtype: fp8 operands travel as u8 (runtime/tensormap.py).
-    want = tensormap._FORMAT_NAMES[tensormap._DTYPES[dtype][0]]
-    if decoded[0]["dtype"] != want:
-        raise ContractError(
-            f"{where}: descriptor format {decoded[0]['dtype']} for a {dtype} operand {operand} (want {want})"
-        )
+    operand = _unique([_match(d["global_address"], spec.operands, p) for d, p in zip(decoded, probes)], where)
+    dtype = spec.dtype_of(operand)
+    # The descriptor holds a data format, not the dtype: fp8 operands travel as u8 (runtime/spec.py).
+    if decoded[0]["format_code"] != dtype.tma_format:
+        raise ContractError(f"{where}: descriptor format {decoded[0]['format_code']} for a {dtype} operand "
+                            f"{operand} (want {dtype.tma_format})")
     rank = decoded[0]["rank"]
     dims = [
         _unique([_match(d["dims"][i], EXTENTS, p) for d, p in zip(decoded, probes)], f"{where} dim {i}")
@@ -163,7 +136,7 @@ def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str) -> di
     ]
     strides = [
         _unique(
-            [_match(d["strides_bytes"][i], STRIDES, p, elem) for d, p in zip(decoded, probes)],
+            [_match(d["strides_bytes"][i], STRIDES, p, dtype.bytes) for d, p in zip(decoded, probes)],
             f"{where} stride {i + 1}",
         )
         for i in range(rank - 1)
@@ -174,38 +147,27 @@ def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str) -> di
         if len(values) != 1:
             raise ContractError(f"{where}: {key} differs between probes ({values})")
         constant[key] = decoded[0][key]
-    recipe = {
-        "operand": operand,
-        "dtype": dtype,
-        "rank": rank,
-        "dims": dims,
-        "strides": strides,
-        "box": list(constant["box"]),
-        "element_strides": list(constant["element_strides"]),
-        "swizzle": constant["swizzle"],
-        "interleave": constant["interleave"],
-        "l2_promotion": constant["l2_promotion"],
-        "oob_fill": constant["oob_fill"],
-    }
+    recipe = TensorMapRecipe(operand=operand, dtype=dtype, dims=tuple(dims), strides=tuple(strides), **constant)
     for r, p in zip(raw, probes):
         again = encode_recipe(recipe, p.values)
         if again[: tensormap.MEANINGFUL_BYTES] != r[: tensormap.MEANINGFUL_BYTES]:
             raise ContractError(f"{where}: re-encoding the captured recipe does not reproduce the DSL's bytes")
-    return {"kind": "tensormap", "operand": operand, "tensormap": recipe}
+    return Param("tensormap", offset, DESCRIPTOR_BYTES, operand=operand, tensormap=recipe)
 
 
-def encode_recipe(recipe: dict, values: dict[str, int]) -> bytes:
+def encode_recipe(recipe: TensorMapRecipe, values: dict[str, int]) -> bytes:
     """A descriptor from a manifest recipe and named problem values (the runtime does the same)."""
-    elem = tensormap.element_bytes(recipe["dtype"])
-    dims = tuple(values[n] for n in recipe["dims"])
-    strides_bytes = tuple(values[n] * elem for n in recipe["strides"])
-    return tensormap.template_from_recipe(recipe, dims, strides_bytes).with_address(values[recipe["operand"]])
+    elem = recipe.dtype.bytes
+    dims = tuple(values[n] for n in recipe.dims)
+    strides_bytes = tuple(values[n] * elem for n in recipe.strides)
+    return tensormap.template_from_recipe(recipe, dims, strides_bytes).with_address(values[recipe.operand])
 
 
-def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, last_operand: str | None) -> dict:
+def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offset: int, last_operand: str | None) -> Param:
     """A parameter of 4-byte words: a scalar (one word, read both as int32 and as float32) or extents."""
     count = len(raw[0]) // 4
     ints = [struct.unpack(f"<{count}i", r) for r in raw]
+    size = 4 * count
     if count == 1:
         i32_names = tuple(n for n, kind in host_scalars(spec) if kind == "i32") + EXTENTS
         f32_names = tuple(n for n, kind in host_scalars(spec) if kind == "f32")
@@ -215,22 +177,22 @@ def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, last_opera
             where,
         )
         if name in EXTENTS:
-            return {"kind": "shape", "operand": "problem", "dims": [name]}
-        return {"kind": "f32" if name in f32_names else "i32", "name": name}
-    dims = [
+            return Param("shape", offset, size, operand="problem", dims=(name,))
+        return Param("f32" if name in f32_names else "i32", offset, size, name=name)
+    dims = tuple(
         _unique([_match(v[i], EXTENTS, p) for v, p in zip(ints, probes)], f"{where} slot {i}")
         for i in range(count)
-    ]
+    )
     # `operand` is informational (the runtime fills extents by `dims`). D and C share their extents (M, N,
     # L); the DSL passes each descriptor followed by its coordinate tensor, so the preceding descriptor's
     # operand breaks the tie.
-    owners = [op for op in host_tensors(spec) if set(dims) == {*operand_rows_cols(op), "l"}]
+    owners = [op for op in spec.operands if set(dims) == {*OPERAND_EXTENTS[op], "l"}]
     operand = last_operand if last_operand in owners else (owners[0] if owners else "problem")
-    return {"kind": "shape", "operand": operand, "dims": dims}
+    return Param("shape", offset, size, operand=operand, dims=dims)
 
 
-def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo, workdir: Path) -> dict:
-    """The manifest record of one compiled instance (everything but the cubin file name)."""
+def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo, workdir: Path) -> InstanceRecord:
+    """The typed manifest record of one compiled instance."""
     name = spec.name()
     kernel = info.kernel
     oracle = build_oracle(compiled.host_object, workdir, header_path=compiled.host_header, kernel=kernel)
@@ -246,16 +208,15 @@ def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo
     for i, p in enumerate(params):
         where = f"{name}: kernel parameter {p.ordinal} ({p.size} B at offset {p.offset})"
         raw = [launch.args[i] for launch in launches]
-        if p.size == tensormap.DESCRIPTOR_BYTES:
-            rec = _tensormap_param(spec, raw, probes, where)
-            last_operand = rec["operand"]
+        if p.size == DESCRIPTOR_BYTES:
+            rec = _tensormap_param(spec, raw, probes, where, p.offset)
+            last_operand = rec.operand
         elif p.size % 4 == 0 and p.size <= 16:
-            rec = _word_param(spec, raw, probes, where, last_operand)
+            rec = _word_param(spec, raw, probes, where, p.offset, last_operand)
         elif p.size == 1:
-            rec = {"kind": "opaque"}  # an empty struct: compile-time data only
+            rec = Param("opaque", p.offset, p.size)  # an empty struct: compile-time data only
         else:
             raise ContractError(f"{where}: no known meaning for a parameter of this size")
-        rec.update(offset=p.offset, size=p.size)
         records.append(rec)
 
     cm, cn = spec.cluster
@@ -272,28 +233,27 @@ def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo
     if launches[0].smem_bytes != launches[1].smem_bytes or launches[0].block != launches[1].block:
         raise ContractError(f"{name}: shared memory or block size depends on the problem")
 
-    return {
-        "spec": spec.to_json(),
-        "sha256": hashlib.sha256(compiled.cubin).hexdigest(),
-        "cubin_bytes": len(compiled.cubin),
-        "symbol": kernel.name,
-        "block": list(launches[0].block),
-        "cluster": [cm, cn, 1],
-        "smem_bytes": launches[0].smem_bytes,
-        "grid": {"kind": "persistent_clusters", "tile_m": tile_m, "tile_n": tile_n, "cluster": [cm, cn]},
-        "params": records,
-        "param_bytes": max(p.offset + p.size for p in params),
-        "alignment_bytes": {op: TMA_ALIGN_BYTES for op in host_tensors(spec)},
-        "min_driver_version": info.min_driver_version,
+    return InstanceRecord(
+        spec=spec,
+        sha256=hashlib.sha256(compiled.cubin).hexdigest(),
+        cubin_bytes=len(compiled.cubin),
+        symbol=kernel.name,
+        block=tuple(launches[0].block),
+        cluster=(cm, cn, 1),
+        smem_bytes=launches[0].smem_bytes,
+        grid_rule="persistent_clusters",
+        params=tuple(records),
+        param_bytes=max(p.offset + p.size for p in params),
+        min_driver_version=info.min_driver_version,
         # The kernel source issues griddepcontrol.wait before its first global read, so the runtime may
         # launch it with programmatic stream serialization (launch(..., pdl=True)).
-        "pdl": _kernel_waits_for_predecessor(),
-        "stats": {
+        pdl=_kernel_waits_for_predecessor(),
+        stats={
             "registers": kernel.registers,
             "local_bytes": kernel_local_bytes(kernel),
             "static_smem_bytes": kernel.static_smem_bytes,
         },
-    }
+    )
 
 
 def _kernel_waits_for_predecessor() -> bool:

@@ -19,12 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import DType, GemmSpec, Schedule
-
-
-def host_tensors(spec: GemmSpec) -> tuple[str, ...]:
-    """The host entry's tensor arguments, in order: A, B, D, then C when the epilogue reads it."""
-    return ("a", "b", "d", "c") if spec.has_c else ("a", "b", "d")
+from runtime.spec import DType, GemmSpec, Schedule
 
 
 def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
@@ -109,7 +104,7 @@ def kernel_config(spec: GemmSpec):
 
 
 def _fake_operands(spec: GemmSpec):
-    """Symbolic tensors describing the runtime's view of A, B, D (and C), in `host_tensors` order: extents
+    """Symbolic tensors describing the runtime's view of A, B, D (and C), in `GemmSpec.operands` order: extents
     are int32 (the runtime rejects larger), strides int64 with the 16-byte divisibility TMA requires (the
     runtime checks it before launch: SymInt divisibility is a hard contract to the compiler). C is laid out
     like D (M x N x L) with its own dtype, major and strides."""

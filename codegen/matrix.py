@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from codegen.spec import (
+from runtime.spec import (
     FIELD_NAMES,
     REQUIRED_FIELDS,
     TUPLE_FIELDS,

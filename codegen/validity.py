@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from codegen.spec import AMajor, BMajor, DType, GemmSpec, Schedule, mma_k
+from runtime.spec import AMajor, BMajor, DType, GemmSpec, Schedule, mma_k
 
 Rule = Callable[[GemmSpec], "str | None"]
 RULES: list[tuple[str, Rule]] = []

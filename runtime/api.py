@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from dataclasses import dataclass
 
 from . import device, knobs, manifest, problem
 from .errors import InvalidArgumentError
@@ -20,28 +19,11 @@ from .launcher import launch_raw
 from .loader import KernelCache
 from .plan import FLT_MAX as _FLT_MAX
 from .plan import LaunchPlan
+from .spec import GemmSpec
 from .stream import stream_handle
 
 
-@dataclass(frozen=True)
-class Instance:
-    """One shipped kernel instance: what it computes and how it is tiled (from the manifest's spec)."""
-
-    id: str
-    a_dtype: str
-    b_dtype: str
-    d_dtype: str
-    acc_dtype: str
-    a_major: str  # "k" | "m": which extent of A (M x K) is contiguous
-    b_major: str  # "k" | "n": which extent of B (N x K) is contiguous
-    d_major: str  # "n" | "m": which extent of D (M x N) is contiguous
-    tile: tuple[int, int, int]  # CTA tile (M, N, K)
-    cluster: tuple[int, int]  # CTAs per cluster along (M, N)
-    schedule: str  # "cooperative" | "pingpong"
-    has_c: bool = False  # the epilogue reads C: D = alpha * acc + beta * C (else D = alpha * acc)
-    c_dtype: str | None = None  # C's dtype, None without C
-    c_major: str | None = None  # "n" | "m": which extent of C (M x N) is contiguous, None without C
-    fp8_fast_accum: bool = False  # fp8 inputs: accumulate without periodic promotion (False otherwise)
+Instance = GemmSpec  # what `instances()` lists: each shipped instance's spec; `.id` is its id
 
 
 _memmove, _pack_into = ctypes.memmove, struct.pack_into
@@ -71,31 +53,9 @@ def _plan(instance_id: str) -> LaunchPlan:
 
 
 def instances() -> list[Instance]:
-    """Every kernel instance shipped in this installation, sorted by id. Needs no GPU."""
-    out = []
-    for iid, rec in sorted(manifest.default().instances.items()):
-        s = rec.spec
-        c_dtype = s.get("c_dtype")
-        out.append(
-            Instance(
-                id=iid,
-                a_dtype=s["a_dtype"],
-                b_dtype=s["b_dtype"],
-                d_dtype=s["d_dtype"],
-                acc_dtype=s["acc_dtype"],
-                a_major=s["a_major"],
-                b_major=s["b_major"],
-                d_major=s["d_major"],
-                tile=tuple(s["tile"]),
-                cluster=tuple(s["cluster"]),
-                schedule=s["schedule"],
-                has_c=c_dtype is not None,
-                c_dtype=c_dtype,
-                c_major=s.get("c_major") if c_dtype is not None else None,
-                fp8_fast_accum=bool(s.get("fp8_fast_accum", False)),
-            )
-        )
-    return out
+    """Every kernel instance shipped in this installation (its spec; `.id` is the id), sorted by id.
+    Needs no GPU."""
+    return [rec.spec for _, rec in sorted(manifest.default().instances.items())]
 
 
 _pointer_checks: bool | None = None
@@ -202,7 +162,7 @@ def launch(
             raise plan.without_c(f"beta={beta!r}")
         if (a < d + ext_d and d < a + ext_a) or (b < d + ext_d and d < b + ext_b):
             problem.check_overlaps(instance_id, fps, {"a": a, "b": b, "d": d})
-    if not (type(alpha) is float and -_FLT_MAX <= alpha <= _FLT_MAX) or plan.off_alpha is None:
+    if not (type(alpha) is float and -_FLT_MAX <= alpha <= _FLT_MAX):
         alpha, beta = plan.scales(alpha, beta)
     if pdl is not False:
         if pdl is not True:
@@ -225,8 +185,7 @@ def launch(
     _pack_into("<Q", buf, plan.off_a, a)
     _pack_into("<Q", buf, plan.off_b, b)
     _pack_into("<Q", buf, plan.off_d, d)
-    if plan.off_alpha is not None:
-        _pack_into("<f", buf, plan.off_alpha, alpha)
+    _pack_into("<f", buf, plan.off_alpha, alpha)
     if plan.has_c:
         _pack_into("<Q", buf, plan.off_c, c)
         _pack_into("<f", buf, plan.off_beta, beta)

@@ -34,8 +34,7 @@ class ParamPacker:
         for p in record.params:
             if p.kind == "tensormap":
                 r = p.tensormap
-                elem = tensormap.element_bytes(r["dtype"])
-                descs.append((p.index, p.offset, r, r["operand"], tuple(r["dims"]), tuple(r["strides"]), elem))
+                descs.append((p.offset, p.offset, r, r.operand, r.dims, r.strides, r.dtype.bytes))
             elif p.kind == "shape":
                 words.append((p.offset, f"<{len(p.dims)}i", tuple(p.dims)))
             elif p.kind in ("i32", "f32"):

@@ -45,7 +45,7 @@ def _import_bindings():
                 "the CUDA driver bindings are not installed (neither cuda.bindings.driver nor cuda.cuda "
                 "can be imported)",
                 "pip install cuda-bindings (or cuda-python) with the same major version as the CUDA "
-                "version your driver supports (nvidia-smi shows it), e.g. 'cuda-bindings>=12.4,<13'") from e
+                "version your driver supports (nvidia-smi shows it); hgemm-sm90 needs 'cuda-bindings>=12.8,<14'") from e
     return mod
 
 

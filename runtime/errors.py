@@ -88,7 +88,7 @@ def _cuda_version(v: int) -> str:
 
 
 class DriverTooOldError(HgemmError, RuntimeError):
-    """The installed driver's CUDA version is below the manifest's ``min_driver_version``."""
+    """The installed driver's CUDA version is below what a cubin needs (its ``min_driver_version``)."""
 
     def __init__(self, installed: int, needed: int):
         self.installed, self.needed = installed, needed
@@ -108,7 +108,8 @@ class InvalidArgumentError(HgemmError, ValueError):
     """An argument cannot be launched: misaligned pointer/leading dim, bad size, wrong layout, ..."""
 
 
-_REINSTALL = ("reinstall the package (pip install --force-reinstall --no-deps hgemm-sm90); if "
+_REINSTALL = ("reinstall the wheel it came from (pip install --force-reinstall --no-deps "
+              "<path>/hgemm_sm90-<version>-py3-none-any.whl), or rebuild the wheel from source; if "
               "HGEMM_KERNEL_DIR is set, point it at a complete build (manifest.json and its cubins)")
 
 

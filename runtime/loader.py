@@ -100,7 +100,7 @@ class KernelCache:
         t0 = time.perf_counter()
         dev = device.context_device(ctx)
         info = device.check_device(dev)
-        version = device.check_driver(self.manifest.min_driver_version)
+        version = device.check_driver(rec.min_driver_version)
         image = read_cubin(rec)
         iid = rec.id
         with device.pushed(ctx, iid) as cu:

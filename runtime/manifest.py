@@ -1,5 +1,5 @@
-"""Find, read and check the installed kernels: ``manifest.json`` (validated by runtime/manifest_schema.py
-into immutable records) and the cubins it names.
+"""Find, read and check the installed kernels: ``manifest.json`` (validated by runtime/contract.py into
+immutable records) and the cubins it names.
 
 ``default()`` is the process's manifest, read once; ``read_cubin`` checks a cubin's size, ELF magic and
 (optionally) sha256 against its record before it is loaded.
@@ -12,20 +12,7 @@ import threading
 
 from . import knobs
 from .errors import CorruptArtifactError
-from .manifest_schema import (  # noqa: F401  (re-exported: the manifest's types live with their parser)
-    ARCH,
-    CONTRACT_VERSION,
-    EXTENTS,
-    FORMAT,
-    OPERANDS,
-    PARAM_KINDS,
-    SCALARS,
-    STRIDES,
-    InstanceRecord,
-    Manifest,
-    Param,
-    parse,
-)
+from .contract import InstanceRecord, Manifest
 
 MANIFEST_NAME = "manifest.json"
 
@@ -56,7 +43,7 @@ def load(path: str | None = None) -> Manifest:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise CorruptArtifactError(f"manifest is not valid JSON: {e}", path) from e
-    return parse(doc, path)
+    return Manifest.from_json(doc, path)
 
 
 _default: Manifest | None = None

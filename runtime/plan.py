@@ -11,6 +11,7 @@ import ctypes
 import math
 import numbers
 import threading
+from dataclasses import replace
 
 from . import problem, scheduling
 from .args import ParamPacker
@@ -41,9 +42,9 @@ class LaunchPlan:
         self.record = record
         self.catalog = catalog  # the Manifest the record came from: error messages suggest its siblings
         self.ops = problem.layouts(record.spec)
-        self.has_c = problem.has_c(record.spec)
+        self.has_c = record.spec.has_c
         self.packer = ParamPacker(record)
-        self.tile_m, self.tile_n = record.grid["tile_m"], record.grid["tile_n"]
+        self.tile_m, self.tile_n = record.spec.tile[:2]
         self.cluster_m, self.cluster_n = record.cluster[0], record.cluster[1]
         addresses = self.packer.address_offsets()
         scalars = self.packer.scalar_offsets()
@@ -55,8 +56,7 @@ class LaunchPlan:
                 f"its spec's operands {sorted(operands)}", record.cubin_path, instance=record.id)
         self.off_a, self.off_b, self.off_d = addresses["a"], addresses["b"], addresses["d"]
         self.off_c = addresses.get("c")
-        # Records built before alpha existed compute D = acc: they take alpha == 1.0 only.
-        self.off_alpha, self.off_beta = scalars.get("alpha"), scalars.get("beta")
+        self.off_alpha, self.off_beta = scalars["alpha"], scalars.get("beta")
         self.prepared: dict[tuple, tuple] = {}
         self.local = threading.local()
 
@@ -122,20 +122,16 @@ class LaunchPlan:
     def scales(self, alpha, beta) -> tuple[float, float]:
         """alpha, beta as checked floats (`launch` already took the no-C + beta != 0 case)."""
         alpha = _scale(self.record.id, "alpha", alpha)
-        if self.off_alpha is None and alpha != 1.0:
-            raise InvalidArgumentError(
-                f"alpha={alpha!r}, but this instance's kernel was built without alpha (D = A @ B^T)",
-                "pass alpha=1.0, or update hgemm-sm90 and its kernels", self.record.id)
         return alpha, _scale(self.record.id, "beta", beta) if self.has_c else 0.0
 
 
 def _siblings(catalog, record, want_c: bool) -> list[str]:
     """Ids of shipped instances with `record`'s spec but with (want_c) or without a C operand."""
     def base(spec):
-        return {k: v for k, v in spec.items() if k not in ("c_dtype", "c_major")}
+        return replace(spec, c_dtype=None, c_major=None)
 
     return sorted(iid for iid, rec in catalog.instances.items()
-                  if problem.has_c(rec.spec) == want_c and base(rec.spec) == base(record.spec))
+                  if rec.spec.has_c == want_c and base(rec.spec) == base(record.spec))
 
 
 def _scale(iid: str, name: str, v) -> float:

@@ -23,14 +23,12 @@ What is checked, each failure an `InvalidArgumentError` naming the fix:
 
 from __future__ import annotations
 
+from .contract import TMA_ALIGN_BYTES as TMA_ALIGN
 from .errors import InvalidArgumentError
+from .spec import OPERAND_EXTENTS, GemmSpec
 
 INT32_MAX = 2**31 - 1
-TMA_ALIGN = 16
 MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56
-_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}
-# (row extent, column extent) per operand
-_EXTENTS = {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n"), "c": ("m", "n")}
 
 
 class OperandLayout:
@@ -38,28 +36,17 @@ class OperandLayout:
 
     __slots__ = ("name", "dtype", "major", "elem", "contiguous", "other")
 
-    def __init__(self, name: str, dtype: str, major: str):
-        rows, cols = _EXTENTS[name]
-        self.name, self.dtype, self.major, self.elem = name, dtype, major, _BYTES[dtype]
-        self.contiguous = rows if major == rows else cols
+    def __init__(self, spec: GemmSpec, name: str):
+        rows, cols = OPERAND_EXTENTS[name]
+        self.name, self.dtype, self.major = name, spec.dtype_of(name), spec.major_of(name)
+        self.elem = self.dtype.bytes
+        self.contiguous = spec.contiguous_extent(name)
         self.other = cols if self.contiguous == rows else rows
 
 
-def has_c(spec) -> bool:
-    """Whether the instance's epilogue reads a C operand (manifests from before C existed lack the key)."""
-    return spec.get("c_dtype") is not None
-
-
-def layouts(spec) -> tuple[OperandLayout, ...]:
+def layouts(spec: GemmSpec) -> tuple[OperandLayout, ...]:
     """The instance's operands in launch order: A, B, D, then C if the epilogue reads it."""
-    ops = (
-        OperandLayout("a", spec["a_dtype"], spec["a_major"]),
-        OperandLayout("b", spec["b_dtype"], spec["b_major"]),
-        OperandLayout("d", spec["d_dtype"], spec["d_major"]),
-    )
-    if has_c(spec):
-        ops += (OperandLayout("c", spec["c_dtype"], spec["c_major"]),)
-    return ops
+    return tuple(OperandLayout(spec, op) for op in spec.operands)
 
 
 def _size(name: str, v, instance: str) -> int:
@@ -97,9 +84,9 @@ def pointer(instance: str, name: str, ptr) -> int:
         ptr = ptr.__index__()
     if not 0 < ptr < MAX_ADDRESS or ptr % TMA_ALIGN:
         raise InvalidArgumentError(
-            f"pointer {name}=0x{ptr:x} is not a {TMA_ALIGN}-byte aligned device address"
-            if ptr
-            else f"pointer {name} is null",
+            f"pointer {name} is null" if ptr == 0
+            else f"pointer {name}={ptr:#x} is negative" if ptr < 0
+            else f"pointer {name}={ptr:#x} is not a {TMA_ALIGN}-byte aligned device address below 2**57",
             f"pass a {TMA_ALIGN}-byte aligned device allocation (a view starting mid-row is not)",
             instance,
         )

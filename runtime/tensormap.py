@@ -2,8 +2,8 @@
 
 Why: a kernel compiled by the DSL takes its TMA descriptors as 128-byte kernel parameters, and the DSL's
 own host code builds them inline (it never calls cuTensorMapEncodeTiled). Reproducing that encoding here
-lets the runtime build launch arguments with no driver round trip (DESIGN.md facts 6 and 7: a driver
-encode costs 1.4-3.5 us per call), and lets CPU tests hold the runtime to the DSL's bytes (the oracle).
+lets the runtime build launch arguments with no driver round trip (a driver encode cost 1.4-3.5 us per
+call from Python on the H200 host, 2026-11-29), and lets CPU tests hold the runtime to the DSL's bytes (the oracle).
 
 The bit layout was read off the DSL's host LLVM IR and confirmed byte for byte against the oracle
 (tests/oracle/test_tensormap.py); docs/TENSORMAP.md has the table and how each field was established.
@@ -21,16 +21,12 @@ from dataclasses import dataclass
 
 from .errors import InvalidArgumentError
 
-__all__ = [
-    "DESCRIPTOR_BYTES",
-    "TensorMapTemplate",
-    "decode",
-    "element_bytes",
-    "encode_tiled",
-    "make_template",
-    "template_from_recipe",
-    "patch_address",
-]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~10 ms)
+if TYPE_CHECKING:
+    from .contract import TensorMapRecipe
+    from .spec import DType
+
+__all__ = ["DESCRIPTOR_BYTES", "TensorMapTemplate", "make_template", "patch_address", "template_from_recipe"]
 
 DESCRIPTOR_BYTES = 128
 # The DSL writes the first 64 bytes only (bytes 64-127 of its stack buffer stay uninitialized); the
@@ -38,65 +34,17 @@ DESCRIPTOR_BYTES = 128
 MEANINGFUL_BYTES = 64
 MAX_RANK = 5
 
-# dtype name -> (4-bit data format code at descriptor bits 71-74, element bytes, extra flag bits of dword 2).
-# Codes: the DSL's TmaDataFormat enum (U8=0, U16=1, U32=2, S32=3, U64=4, S64=5, F16=6, F32=7, F32_FTZ=8,
-# F64=9, BF16=10, ...), which is *not* the driver's CUtensorMapDataType numbering (there BFLOAT16 = 9).
-# Measured per DSL element type: fp8 and int8 -> U8; int16 -> U16; Int32 and Uint32 -> U32 (not S32);
-# Int64 and Uint64 -> U64; TFloat32 -> F32 plus dword-2 bit 16.
-_DTYPES: dict[str, tuple[int, int, int]] = {
-    "u8": (0, 1, 0),
-    "i8": (0, 1, 0),
-    "e4m3": (0, 1, 0),
-    "e5m2": (0, 1, 0),
-    "u16": (1, 2, 0),
-    "i16": (1, 2, 0),
-    "u32": (2, 4, 0),
-    "i32": (2, 4, 0),
-    "u64": (4, 8, 0),
-    "i64": (4, 8, 0),
-    "fp16": (6, 2, 0),
-    "f16": (6, 2, 0),
-    "fp32": (7, 4, 0),
-    "f32": (7, 4, 0),
-    "tf32": (7, 4, 1 << 16),
-    "f64": (9, 8, 0),
-    "fp64": (9, 8, 0),
-    "bf16": (10, 2, 0),
-}
-_FORMAT_NAMES = {
-    0: "u8",
-    1: "u16",
-    2: "u32",
-    3: "s32",
-    4: "u64",
-    5: "s64",
-    6: "fp16",
-    7: "fp32",
-    8: "f32_ftz",
-    9: "f64",
-    10: "bf16",
-}
 _SWIZZLE = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
-_SWIZZLE_NAMES = {v: k for k, v in _SWIZZLE.items()}
 _SWIZZLE_SPAN = {"32B": 32, "64B": 64, "128B": 128}
 _L2_PROMOTION = {"128B": 2}  # at dword-2 bits 17-18 (hypothesis on the field width; see TENSORMAP.md)
-_L2_NAMES = {v: k for k, v in _L2_PROMOTION.items()}
 
 # dword 2 (descriptor bytes 8-11)
-_CONST_BIT1 = 1 << 1  # always set by the DSL; the driver's encoder leaves it clear (DESIGN.md fact 6)
+_CONST_BIT1 = 1 << 1  # always set by the DSL; the driver's encoder leaves it clear (docs/TENSORMAP.md)
 _RANK_SHIFT, _FORMAT_SHIFT, _SWIZZLE_SHIFT, _L2_SHIFT = 4, 7, 13, 17
 _SPAN_FLAG = 1 << 21  # set when the tensor's byte span is >= 128 KiB (see _span_bytes)
 _SPAN_LIMIT = 1 << 17
-_KNOWN_DWORD2 = _CONST_BIT1 | (7 << 4) | (0xF << 7) | (3 << 13) | (1 << 16) | (3 << 17) | _SPAN_FLAG
 _ADDRESS_LIMIT = 1 << 57  # bits 4-56 of word 0 hold address bits 4-56
 _STRIDE_LIMIT = 1 << 40  # strides: bits 4-35 in dwords 3-6, bits 36-39 in nibbles of dword 7
-
-
-def element_bytes(dtype: str) -> int:
-    """Bytes per element of a TMA data type name (as used in manifest recipes)."""
-    if dtype not in _DTYPES:
-        raise _fail(f"TMA data type {dtype!r} is not supported", f"use one of {sorted(_DTYPES)}")
-    return _DTYPES[dtype][1]
 
 
 def _fail(problem: str, fix: str) -> InvalidArgumentError:
@@ -113,10 +61,6 @@ class TensorMapTemplate:
         _check_address(global_address)
         return struct.pack("<Q", global_address) + self.image[8:]
 
-    def write(self, buf: bytearray, offset: int, global_address: int) -> None:
-        """Write the whole descriptor into a packed parameter buffer at `offset`."""
-        buf[offset : offset + DESCRIPTOR_BYTES] = self.image
-        patch_address(buf, offset, global_address)
 
 
 def patch_address(buf: bytearray, offset: int, global_address: int) -> None:
@@ -127,30 +71,8 @@ def patch_address(buf: bytearray, offset: int, global_address: int) -> None:
     struct.pack_into("<Q", buf, offset, global_address)
 
 
-def encode_tiled(
-    dtype: str,
-    global_address: int,
-    dims: tuple[int, ...],
-    strides_bytes: tuple[int, ...],
-    box: tuple[int, ...],
-    element_strides: tuple[int, ...] | None = None,
-    swizzle: str = "none",
-    interleave: str = "none",
-    l2_promotion: str = "128B",
-    oob_fill: str = "none",
-) -> bytes:
-    """The 128-byte descriptor, with the meaning of cuTensorMapEncodeTiled's parameters.
-
-    `dims` (rank entries, contiguous dimension first), `strides_bytes` (rank - 1 entries: the byte
-    strides of dims 1..rank-1), `box` and `element_strides` (rank entries each)."""
-    t = make_template(
-        dtype, dims, strides_bytes, box, element_strides, swizzle, interleave, l2_promotion, oob_fill
-    )
-    return t.with_address(global_address)
-
-
 def make_template(
-    dtype: str,
+    dtype: DType,
     dims,
     strides_bytes,
     box,
@@ -161,9 +83,7 @@ def make_template(
     oob_fill: str = "none",
 ) -> TensorMapTemplate:
     """Validate the parameters (cuTensorMapEncodeTiled's documented requirements) and encode them."""
-    if dtype not in _DTYPES:
-        raise _fail(f"TMA data type {dtype!r} is not supported", f"use one of {sorted(_DTYPES)}")
-    fmt, elem_bytes, flags = _DTYPES[dtype]
+    fmt, elem_bytes = dtype.tma_format, dtype.bytes
     dims, strides_bytes, box = tuple(dims), tuple(strides_bytes), tuple(box)
     rank = len(dims)
     if not 1 <= rank <= MAX_RANK:
@@ -214,7 +134,6 @@ def make_template(
         | (rank - 1) << _RANK_SHIFT
         | fmt << _FORMAT_SHIFT
         | _SWIZZLE[swizzle] << _SWIZZLE_SHIFT
-        | flags
         | _L2_PROMOTION[l2_promotion] << _L2_SHIFT
     )
     if _span_bytes(dims, strides_bytes, elem_bytes) >= _SPAN_LIMIT:
@@ -236,66 +155,11 @@ def make_template(
     return TensorMapTemplate(image)
 
 
-def template_from_recipe(recipe, dims, strides_bytes) -> TensorMapTemplate:
-    """The template of a manifest tensormap recipe (docs/CONTRACT.md) for concrete extents and byte strides."""
-    return make_template(
-        recipe["dtype"],
-        dims,
-        strides_bytes,
-        tuple(recipe["box"]),
-        tuple(recipe["element_strides"]),
-        recipe["swizzle"],
-        recipe["interleave"],
-        recipe["l2_promotion"],
-        recipe["oob_fill"],
-    )
-
-
-def decode(desc: bytes) -> dict:
-    """The fields of a descriptor (inverse of encode_tiled), plus any set bit this module cannot name."""
-    if len(desc) < MEANINGFUL_BYTES:
-        raise _fail(
-            f"a descriptor has {DESCRIPTOR_BYTES} bytes, got {len(desc)}", "pass the whole CUtensorMap"
-        )
-    word0, dword2 = struct.unpack_from("<QI", desc)
-    stride_lo = struct.unpack_from("<4I", desc, 12)
-    (stride_hi,) = struct.unpack_from("<I", desc, 28)
-    rank = ((dword2 >> _RANK_SHIFT) & 7) + 1
-    fmt = (dword2 >> _FORMAT_SHIFT) & 0xF
-    strides = tuple((stride_lo[i] << 4) | (((stride_hi >> (4 * i)) & 0xF) << 36) for i in range(rank - 1))
-    dims = tuple(d + 1 for d in struct.unpack_from("<5I", desc, 32)[:rank])
-    box = tuple(b + 1 for b in desc[55 : 55 + rank])
-    unknown = {}
-    if word0 & ~((_ADDRESS_LIMIT - 1) & ~0xF):
-        unknown["word0"] = word0 & ~((_ADDRESS_LIMIT - 1) & ~0xF)
-    if dword2 & ~_KNOWN_DWORD2:
-        unknown["dword2"] = dword2 & ~_KNOWN_DWORD2
-    if stride_hi >> (4 * (rank - 1)):
-        unknown["dword7"] = stride_hi >> (4 * (rank - 1)) << (4 * (rank - 1))
-    if any(desc[52:55]) or any(desc[55 + rank : 64]):
-        unknown["bytes52_63"] = desc[52:64].hex()
-    name = "tf32" if fmt == 7 and dword2 & (1 << 16) else _FORMAT_NAMES.get(fmt, f"format_{fmt}")
-    return {
-        "global_address": word0 & ((_ADDRESS_LIMIT - 1) & ~0xF),
-        "rank": rank,
-        "dtype": name,
-        "format_code": fmt,
-        "dims": dims,
-        "strides_bytes": strides,
-        "box": box,
-        "swizzle": _SWIZZLE_NAMES[(dword2 >> _SWIZZLE_SHIFT) & 3],
-        "l2_promotion_field": (dword2 >> _L2_SHIFT) & 3,
-        # encode_tiled's remaining parameters, for the only values whose encoding is established; any
-        # other encoding shows up in `unknown_bits` (callers that need a full recipe must check it).
-        "l2_promotion": _L2_NAMES.get((dword2 >> _L2_SHIFT) & 3, "unknown"),
-        "element_strides": (1,) * rank,
-        "interleave": "none",
-        "oob_fill": "none",
-        "span_flag": bool(dword2 & _SPAN_FLAG),
-        "const_bit1": bool(dword2 & _CONST_BIT1),
-        "unknown_bits": unknown,
-        "tail_zero": not any(desc[MEANINGFUL_BYTES:DESCRIPTOR_BYTES]),
-    }
+def template_from_recipe(recipe: TensorMapRecipe, dims, strides_bytes) -> TensorMapTemplate:
+    """The template of a manifest tensormap recipe (runtime/contract.py) for concrete extents and byte
+    strides."""
+    return make_template(recipe.dtype, dims, strides_bytes, recipe.box, recipe.element_strides,
+                         recipe.swizzle, recipe.interleave, recipe.l2_promotion, recipe.oob_fill)
 
 
 def _span_bytes(dims, strides_bytes, elem_bytes: int) -> int:

@@ -15,8 +15,8 @@ import random
 import pytest
 
 from codegen.contract import host_args
-from codegen.dsl import host_tensors
 from codegen.oracle import build_oracle
+from codegen.tensormap_decode import decode
 from runtime import manifest as manifest_mod
 from runtime import problem, scheduling, tensormap
 from runtime.args import ParamPacker
@@ -75,10 +75,9 @@ def kernels(ci_build, tmp_path_factory):
 def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
-        assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(host_tensors(spec)), kinds
+        assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(spec.operands), kinds
         assert {p.name for p in rec.params if p.kind == "i32"} == {"raster_along_m", "group_size"}
         assert {p.name for p in rec.params if p.kind == "f32"} == ({"alpha", "beta"} if spec.has_c else {"alpha"})
-        assert set(rec.alignment_bytes) == set(host_tensors(spec))
         assert set(kinds) <= {"tensormap", "shape", "i32", "f32", "opaque"}
 
 
@@ -104,16 +103,16 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
             ours = packer.pack(values)
             where = f"{spec.name()} case {case}: {pr}"
             assert len(want.args) == len(rec.params), where
-            for p, theirs in zip(rec.params, want.args):
+            for index, (p, theirs) in enumerate(zip(rec.params, want.args)):
                 mine = bytes(ours[p.offset : p.offset + p.size])
                 if p.kind == "tensormap":
                     n = tensormap.MEANINGFUL_BYTES
                     assert mine[:n] == theirs[:n], f"{where}: descriptor {p.operand} differs:\n" \
-                        f"ours   {tensormap.decode(mine)}\ntheirs {tensormap.decode(theirs)}"
+                        f"ours   {decode(mine)}\ntheirs {decode(theirs)}"
                 elif p.kind != "opaque":
-                    assert mine == theirs, f"{where}: parameter {p.index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
+                    assert mine == theirs, f"{where}: parameter {index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
             _, _, total = scheduling.cluster_tiles(
-                values["m"], values["n"], values["l"], rec.grid["tile_m"], rec.grid["tile_n"], *rec.cluster[:2]
+                values["m"], values["n"], values["l"], *spec.tile[:2], *rec.cluster[:2]
             )
             grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
             assert want.grid == grid, where

@@ -1,13 +1,19 @@
-"""One kernel variant as a frozen dataclass, and its canonical instance id.
+"""What a kernel instance computes, in one vocabulary for the build and the runtime: dtypes, operands,
+and the instance spec with its canonical id.
 
-Why this module exists: every other piece (matrix expansion, compile driver, manifest, runtime dispatch,
-test ids, cubin file names) needs to agree on what an instance *is* and what it is *called*. The
-`GemmSpec` dataclass is that agreement, and `GemmSpec.name()` is the identity everywhere (STYLE P3):
-cubin file name, manifest key, `--kernels` filter key, pytest id. `GemmSpec.parse()` is its exact inverse.
+Why this module exists: every piece (matrix expansion, compile driver, manifest, the runtime's launch
+checks and `instances()`, test ids, cubin file names) must agree on what an instance *is* and what it is
+*called*. `GemmSpec` is that agreement, and `GemmSpec.name()` is the identity everywhere: cubin file name,
+manifest key, `--kernels` filter key, pytest id. `GemmSpec.parse()` is its exact inverse. The facts
+about each dtype (bits, TMA data-format code, DLPack code, the array libraries' name) live in one table
+here, `DType`'s; every other dtype table in the project derives from it. The launch contract built on top
+of this (parameters, records, the manifest) is runtime/contract.py; docs/ARCHITECTURE.md shows how the
+two are used by the build and the runtime.
 
-Closed sets are `StrEnum`s so that YAML values, id tokens and JSON all use the same strings (STYLE P2).
+Closed sets are `StrEnum`s so that YAML values, id tokens and JSON all use the same strings.
 
-This module is stdlib-only on purpose (no yaml, no jinja2): the runtime may later reuse small parts of it.
+This module lives in the runtime (the lowest layer) and is stdlib-only: codegen imports it, and the
+runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
@@ -28,7 +34,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 try:
     from enum import StrEnum
@@ -44,6 +53,8 @@ class SpecError(ValueError):
 
 
 class DType(StrEnum):
+    """An element type of an operand or the accumulator. Its facts are in `_DTYPE_FACTS`."""
+
     bf16 = "bf16"
     fp16 = "fp16"
     fp32 = "fp32"
@@ -52,14 +63,68 @@ class DType(StrEnum):
 
     @property
     def bits(self) -> int:
-        return _DTYPE_BITS[self]
+        return _DTYPE_FACTS[self].bits
+
+    @property
+    def bytes(self) -> int:
+        return _DTYPE_FACTS[self].bits // 8
 
     @property
     def is_float8(self) -> bool:
         return self.bits == 8
 
+    @property
+    def tma_format(self) -> int:
+        """The 4-bit data-format code a TMA descriptor holds for this type (runtime/tensormap.py)."""
+        return _DTYPE_FACTS[self].tma_format
 
-_DTYPE_BITS = {DType.bf16: 16, DType.fp16: 16, DType.fp32: 32, DType.e4m3: 8, DType.e5m2: 8}
+    @property
+    def dlpack(self) -> tuple[int, int]:
+        """(DLPack type code, bits): how DLPack (`__dlpack__`) describes this type."""
+        return _DTYPE_FACTS[self].dlpack_code, _DTYPE_FACTS[self].bits
+
+    @property
+    def array_name(self) -> str:
+        """The name torch, JAX and ml_dtypes give this type (``torch.<name>``)."""
+        return _DTYPE_FACTS[self].array_name
+
+
+@dataclass(frozen=True, slots=True)
+class _DTypeFacts:
+    bits: int
+    # The DSL's TMA data-format numbering (U8 = 0, F16 = 6, F32 = 7, BF16 = 10), *not* the driver's
+    # CUtensorMapDataType: fp8 travels as U8 (read off the DSL's host code, docs/TENSORMAP.md).
+    tma_format: int
+    # DLPack's DLDataTypeCode: kDLFloat = 2, kDLBfloat = 4, kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12.
+    dlpack_code: int
+    array_name: str
+
+
+_DTYPE_FACTS = {
+    DType.bf16: _DTypeFacts(16, tma_format=10, dlpack_code=4, array_name="bfloat16"),
+    DType.fp16: _DTypeFacts(16, tma_format=6, dlpack_code=2, array_name="float16"),
+    DType.fp32: _DTypeFacts(32, tma_format=7, dlpack_code=2, array_name="float32"),
+    DType.e4m3: _DTypeFacts(8, tma_format=0, dlpack_code=10, array_name="float8_e4m3fn"),
+    DType.e5m2: _DTypeFacts(8, tma_format=0, dlpack_code=12, array_name="float8_e5m2"),
+}
+
+
+# The problem's extents: per batch A is M x K, B is N x K, D and C are M x N; L counts the batches.
+EXTENTS = ("m", "n", "k", "l")
+OPERAND_EXTENTS: dict[str, tuple[str, str]] = {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n"), "c": ("m", "n")}
+"""Each operand's (row, column) extents; its majorness names the one that is contiguous."""
+
+
+def ld_name(operand: str) -> str:
+    """The leading-dimension argument of an operand: the stride (elements) of its non-contiguous extent."""
+    return f"ld{operand}"
+
+
+def batch_stride_name(operand: str) -> str:
+    return f"batch_stride_{operand}"
+
+
+STRIDES = tuple(ld_name(op) for op in OPERAND_EXTENTS) + tuple(batch_stride_name(op) for op in OPERAND_EXTENTS)
 
 
 class AMajor(StrEnum):
@@ -218,6 +283,30 @@ class GemmSpec:
         """Whether the epilogue reads a C operand (D = alpha*acc + beta*C)."""
         return self.c_dtype is not None
 
+    @property
+    def id(self) -> str:
+        """The instance id: `name()`."""
+        return self.name()
+
+    # --- operands -------------------------------------------------------------------------------------
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        """The operands in launch order (the DSL host entry's tensor order too): A, B, D, then C when the
+        epilogue reads it."""
+        return ("a", "b", "d", "c") if self.c_dtype is not None else ("a", "b", "d")
+
+    def dtype_of(self, operand: str) -> DType:
+        return getattr(self, f"{operand}_dtype")
+
+    def major_of(self, operand: str) -> str:
+        return getattr(self, f"{operand}_major")
+
+    def contiguous_extent(self, operand: str) -> str:
+        """The name of the operand's unit-stride extent (its majorness): e.g. "k" for a k-major A."""
+        rows, cols = OPERAND_EXTENTS[operand]
+        return rows if self.major_of(operand) == rows else cols
+
     # --- construction from data ---------------------------------------------------------------------
 
     @classmethod
@@ -240,11 +329,9 @@ class GemmSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GemmSpec:
-        """Inverse of `to_json()`. Every base field must be present (the manifest always writes them); the
-        epilogue fields added later (`c_dtype`, `c_major`, `fp8_fast_accum`) may be absent, as in
-        manifests written before they existed, and then mean "off"."""
+        """Inverse of `to_json()`: every field must be present (the manifest always writes them all)."""
         if isinstance(data, Mapping):
-            missing = [f for f in FIELD_NAMES if f not in data and f not in _LATER_FIELDS]
+            missing = [f for f in FIELD_NAMES if f not in data]
             if missing:
                 raise SpecError(f"spec JSON lacks key(s) {', '.join(missing)}")
         return cls.from_row(data)
@@ -366,11 +453,9 @@ _SUFFIXES = (
 _SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc"
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
-# Fields added after the first manifests shipped: optional in from_json (absent = feature off).
-_LATER_FIELDS = ("c_dtype", "c_major", "fp8_fast_accum")
-REQUIRED_FIELDS: tuple[str, ...] = tuple(
-    f for f in FIELD_NAMES if f != "acc_dtype" and f not in _LATER_FIELDS
-)
+# Keys a YAML row may leave out: no C operand, fp32 accumulation, promoted fp8 accumulation.
+_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum")
+REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW_DEFAULTED)
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}[_c{c_dtype}{c_major}][_fastacc]"
