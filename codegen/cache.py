@@ -1,10 +1,12 @@
-"""A content-addressed, crash-safe cache of compiled instances (STYLE P7).
+"""A content-addressed, crash-safe cache of compiled instances.
 
-Key: sha256 of the canonical spec JSON plus the toolchain stamp (codegen/toolchain.py). An entry is a
-directory holding the cubin, the exported host object and its entry point (`host.json`: the oracle's
-input), and `record.json` — the instance's launch contract (runtime/contract.py's `InstanceRecord`). Entries are assembled in a private temporary directory and renamed into place
-in one step, with `record.json` written last inside it, so a crash never leaves a half entry that looks
-complete. The default root is `~/.cache/hgemm-sm90/build` (override: HGEMM_BUILD_CACHE).
+Key: sha256 of the canonical spec JSON plus the toolchain stamp (codegen/toolchain.py: the pinned DSL and
+a hash of every source that can shape a record). An entry is a directory holding the cubin, the exported
+host object and its entry point (`host.json`: the oracle's input), and `record.json` — the instance's
+launch contract (runtime/contract.py's `InstanceRecord`). Entries are assembled in a private temporary
+directory and renamed into place in one step, with `record.json` written last inside it, so a crash never
+leaves a half entry that looks complete. The default root is `~/.cache/hgemm-sm90/build` (override:
+HGEMM_BUILD_CACHE).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class CacheEntry:
 
     @property
     def record(self) -> InstanceRecord:
-        return InstanceRecord.from_json(json.loads((self.path / RECORD).read_text()), path=str(self.path / RECORD))
+        path = self.path / RECORD
+        return InstanceRecord.from_json(json.loads(path.read_text()), path=str(path))
 
     @property
     def host_function(self) -> dict:

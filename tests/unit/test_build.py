@@ -10,7 +10,7 @@ from codegen.build import BuildError, build_entries, check_no_spills
 from codegen.cache import BuildCache
 from codegen.cubin_info import parse_cubin
 from codegen.oracle import cubin_from_object
-from codegen.spec import GemmSpec
+from runtime.spec import GemmSpec
 
 pytestmark = pytest.mark.compiler
 
@@ -58,4 +58,4 @@ def test_cache_entries_hold_one_cubin_in_two_forms_and_its_stats(ci_build):
         assert rec["symbol"] == info.kernel.name and rec["min_driver_version"] == info.min_driver_version
         assert rec["stats"]["registers"] == info.kernel.registers > 0
         assert rec["stats"]["local_bytes"] == 0, f"{spec.name()} spills to local memory"
-        assert (out / rec["cubin"]).read_bytes() == cubin
+        assert (out / f"{spec.name()}.cubin").read_bytes() == cubin

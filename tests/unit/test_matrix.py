@@ -10,42 +10,17 @@ from pathlib import Path
 import pytest
 
 from codegen.matrix import Matrix, MatrixError, load_matrix, parse_matrix
-from codegen.spec import GemmSpec
 from codegen.validity import why_unsupported
+from runtime.spec import GemmSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_FILE = REPO / "kernel_specs.yaml"
 
-CI_IDS = [
-    "sm90_bf16_bf16_bf16_fp32acc_kkm_128x256x64_c1x1_coop_cbf16m",
-    "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop",
-    "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x2_coop",
-    "sm90_bf16_bf16_bf16_fp32acc_kkn_192x256x64_c1x2_coop",
-    "sm90_bf16_bf16_bf16_fp32acc_kkn_64x256x64_c1x1_pp",
-    "sm90_bf16_bf16_bf16_fp32acc_mnm_128x128x64_c1x1_coop",
-    "sm90_bf16_bf16_fp32_fp32acc_kkn_64x128x64_c1x2_coop",
-    "sm90_e4m3_e4m3_bf16_fp32acc_kkn_192x128x128_c1x2_coop",
-    "sm90_e4m3_e4m3_e4m3_fp32acc_kkn_128x128x128_c2x1_coop",
-    "sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_coop_fastacc",
-    "sm90_fp16_fp16_fp16_fp32acc_kkn_128x256x64_c2x1_coop",
-    "sm90_fp16_fp16_fp32_fp32acc_mkn_128x128x64_c1x1_coop",
-]
-# Instances each group of the default profile contributes (an instance two groups produce counts for the
-# first). Bump deliberately when the matrix changes (docs/INSTANCES.md shows the diff).
-DEFAULT_GROUP_COUNTS = {
-    "dense16": 56,
-    "layouts16": 28,
-    "epilogue16": 32,
-    "fp8": 120,
-    "fp8_epilogue": 2,
-    "pingpong": 12,
-    "tile192": 21,
-    "tile192_wide": 6,
-    "small_m": 12,
-    "small_m_fp8_promoted": 2,
-    "fp8_e5m2_out": 4,
-    "epilogue_mixed": 4,
-}
+# Budgets, not change detectors (`python -m build_tools.regen --check` already catches any drift of the
+# matrix against docs/INSTANCES.md): wheel build time and size grow linearly with the default profile, and
+# the CPU test tier compiles every `ci` instance. Raising one is a decision, so it is a test edit.
+DEFAULT_BUDGET = 300
+CI_BUDGET = 12
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
 SMALL = {
@@ -100,15 +75,17 @@ def committed() -> Matrix:
 
 def test_committed_default_profile(committed):
     exp = committed.expand("default")
-    assert Counter(exp.group_of.values()) == DEFAULT_GROUP_COUNTS
-    assert len(exp.specs) == sum(DEFAULT_GROUP_COUNTS.values()) == 299
-    assert len(exp.specs) <= 300  # build time and wheel size grow linearly with it
-    assert {s.a_dtype for s in exp.specs} == {"bf16", "fp16", "e4m3", "e5m2"}
-    assert {s.d_dtype for s in exp.specs} == {"bf16", "fp16", "fp32", "e4m3", "e5m2"}
-    assert {s.tile[:2] for s in exp.specs} == {
-        (128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32), (192, 128), (192, 256)
-    }
-    assert {s.cluster for s in exp.specs} == {(1, 1), (2, 1), (1, 2), (2, 2)}
+    # Every group the profile lists ships something of its own (a group wholly dropped or shadowed by an
+    # earlier one is dead configuration).
+    assert set(exp.group_of.values()) == set(committed.profiles["default"].groups)
+    assert len(exp.specs) <= DEFAULT_BUDGET
+    # What the wheel must cover at least (more is fine: these are floors, not a snapshot of the matrix).
+    assert {s.a_dtype for s in exp.specs} >= {"bf16", "fp16", "e4m3", "e5m2"}
+    assert {s.d_dtype for s in exp.specs} >= {"bf16", "fp16", "fp32", "e4m3", "e5m2"}
+    tiles = {(128, 256), (128, 128), (64, 128), (256, 128), (64, 256), (64, 64), (64, 32)}
+    tiles |= {(192, 128), (192, 256)}
+    assert {s.tile[:2] for s in exp.specs} >= tiles
+    assert {s.cluster for s in exp.specs} >= {(1, 1), (2, 1), (1, 2), (2, 2)}
     assert all(why_unsupported(s) is None for s in exp.specs)
 
 
@@ -146,10 +123,25 @@ def test_committed_default_covers_every_supported_combination(committed):
             assert _shipped(exp, a_dtype=dt, tile=(192, 128, 64), schedule=sched)
 
 
-def test_committed_ci_profile_is_exactly_twelve_and_in_default(committed):
-    ci = committed.expand("ci").names()
-    assert ci == CI_IDS and len(ci) <= 12
-    assert set(ci) <= set(committed.expand("default").names())
+def test_committed_ci_profile_covers_each_feature_within_budget(committed):
+    """The `ci` profile is the smoke subset the CPU tier compiles and checks against the oracle: each
+    feature of the default profile once (kernel_specs.yaml says which), in a bounded number of instances."""
+    ci = committed.expand("ci")
+    default = committed.expand("default")
+    assert set(ci.names()) <= set(default.names())
+    assert len(ci.specs) <= CI_BUDGET
+    specs = ci.specs
+    assert {"bf16", "fp16"} <= {s.a_dtype for s in specs}
+    assert {s.d_dtype.bits for s in specs} == {s.d_dtype.bits for s in default.specs}  # fp32, 16-bit, fp8 out
+    assert {s.cluster for s in specs} == {s.cluster for s in default.specs}
+    assert {s.schedule for s in specs} == {s.schedule for s in default.specs}
+    assert {s.tile[0] for s in specs} >= {64, 128, 192}  # one, two and three consumer warpgroups
+    assert any(s.a_major == "m" for s in specs) and any(s.b_major == "n" for s in specs)
+    assert any(s.d_major == "m" for s in specs)
+    assert any(s.a_dtype.is_float8 and s.a_dtype != s.b_dtype for s in specs)  # mixed fp8 inputs
+    fp8 = [s for s in specs if s.a_dtype.is_float8]
+    assert {s.fp8_fast_accum for s in fp8} == {False, True}
+    assert any(s.has_c for s in specs) and any(not s.has_c for s in specs)
 
 
 @pytest.mark.parametrize("profile", ["default", "ci"])
@@ -269,7 +261,7 @@ def test_exclude_matches_null_c_and_bool_fields():
     )
     exp = parse_matrix(data).expand("default")
     assert len(exp.specs) == 16 - 4
-    reason = dict((s.name(), r) for s, r in exp.dropped)
+    reason = {s.name(): r for s, r in exp.dropped}
     assert reason["sm90_fp16_fp16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"] == (
         "excluded by groups.g.exclude[0] {c_dtype: null, a_dtype: fp16}"
     )

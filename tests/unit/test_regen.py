@@ -107,12 +107,12 @@ def test_invalid_spec_exits_2_with_the_yaml_path(tree, capsys):
 def test_list_default_profile(capsys):
     assert main(["--list"]) == 0
     ids = capsys.readouterr().out.split()
-    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names() and len(ids) == 299
+    assert ids == load_matrix(REPO / "kernel_specs.yaml").expand("default").names()
 
 
 def test_list_ci_profile_and_kernel_globs(capsys):
     assert main(["--list", "--profile", "ci"]) == 0
-    assert len(capsys.readouterr().out.split()) == 12
+    assert capsys.readouterr().out.split() == load_matrix(REPO / "kernel_specs.yaml").expand("ci").names()
     assert (
         main(["--list", "--kernels", "sm90_fp16_*_64x128x64_*", "*_bf16_fp32acc_*_256x128x64_c2x2_coop"]) == 0
     )
@@ -140,7 +140,7 @@ def test_runs_as_a_module():
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert len(r.stdout.split()) == 12
+    assert r.stdout.split() == load_matrix(REPO / "kernel_specs.yaml").expand("ci").names()
 
 
 # --- --explain -----------------------------------------------------------------------------------------
