@@ -4,7 +4,7 @@ Runs on a CPU-only machine. For each instance of the profile: look it up in the 
 (codegen/cache.py); on a miss, compile it with the DSL for sm_90a in a worker process, read the cubin's
 facts (codegen/cubin_info.py), capture its launch contract by running the DSL's own host code against a
 stub CUDA runtime (codegen/contract.py), and store the entry. Then copy the cubins into the output
-directory and write `manifest.json` last, atomically (STYLE P7): a crash never leaves a manifest that
+directory and write `manifest.json` last, atomically: a crash never leaves a manifest that
 names a missing cubin.
 
 A failing instance fails the build with its id and the DSL's message; `--keep-going` collects every

@@ -134,19 +134,10 @@ class KernelInfo:
     registers: int  # EIATTR_REGCOUNT (per thread)
     max_registers: int | None  # EIATTR_MAXREG_COUNT: the cap ptxas compiled under (0xff = none given)
     reqntid: tuple[int, int, int] | None  # EIATTR_REQNTID: the block shape the kernel was compiled for
-    max_threads: tuple[int, int, int] | None  # EIATTR_MAX_THREADS (.maxntid), absent on DSL kernels seen
-    cta_per_cluster: tuple[int, int, int] | None  # EIATTR_CTA_PER_CLUSTER (compile-time cluster shape)
-    explicit_cluster: bool  # EIATTR_EXPLICIT_CLUSTER present
-    max_cluster_rank: int | None
     static_smem_bytes: int  # size of `.nv.shared.<kernel>` (NOBITS), 0 if absent
     local_bytes: int  # size of `.nv.local.<kernel>` if present, else EIATTR_FRAME_SIZE
     frame_size: int  # EIATTR_FRAME_SIZE: per-thread stack frame (local memory incl. spill slots)
-    min_stack_size: int  # EIATTR_MIN_STACK_SIZE
-    max_stack_size: int | None  # EIATTR_MAX_STACK_SIZE (only with calls/recursion)
-    num_mbarriers: int | None  # EIATTR_NUM_MBARRIERS
-    reg_reconfig: bool  # EIATTR_REG_RECONFIG present: the kernel uses setmaxnreg
     cuda_api_version: int | None  # EIATTR_CUDA_API_VERSION of this kernel's section
-    text_bytes: int
     records: tuple[NvInfoRecord, ...] = field(repr=False, default=())
 
 
@@ -156,7 +147,6 @@ class CubinInfo:
 
     sm: int
     arch_specific: bool  # the "a" variant (sm_90a)
-    virtual_sm: int
     abi_version: int
     e_flags: int
     e_version: int
@@ -236,7 +226,6 @@ def parse_cubin(data: bytes) -> CubinInfo:
         sm, arch_specific = (e_flags >> 8) & 0xFF, bool(e_flags & 0x8)
     else:
         sm, arch_specific = e_flags & 0xFF, bool(e_flags & 0x800)
-    virtual_sm = (e_flags >> 16) & 0xFF
 
     symbols = _symbols(data, sections, names)
     entries = tuple(name for name, stype, bind, _shndx in symbols if stype == STT_FUNC and bind == STB_GLOBAL)
@@ -263,7 +252,6 @@ def parse_cubin(data: bytes) -> CubinInfo:
     return CubinInfo(
         sm=sm,
         arch_specific=arch_specific,
-        virtual_sm=virtual_sm,
         abi_version=abi_version,
         e_flags=e_flags,
         e_version=e_version,
@@ -284,8 +272,7 @@ def _kernel_info(data, sections, by_name, name, global_attrs: dict[int, int]) ->
         records = tuple(_records(_section_bytes(data, sections[by_name[info_name]], info_name), info_name))
 
     params, api_version, param_cbank, cbank_param_size = [], None, None, None
-    reqntid = max_threads = cta_per_cluster = max_cluster_rank = max_registers = num_mbarriers = None
-    explicit_cluster = reg_reconfig = False
+    reqntid = max_registers = None
     for rec in records:
         a = rec.attr
         if a == EIATTR["KPARAM_INFO"]:
@@ -303,20 +290,8 @@ def _kernel_info(data, sections, by_name, name, global_attrs: dict[int, int]) ->
             cbank_param_size = rec.value
         elif a == EIATTR["REQNTID"]:
             reqntid = _dim3(rec, name)
-        elif a == EIATTR["MAX_THREADS"]:
-            max_threads = _dim3(rec, name)
-        elif a == EIATTR["CTA_PER_CLUSTER"]:
-            cta_per_cluster = _dim3(rec, name)
-        elif a == EIATTR["EXPLICIT_CLUSTER"]:
-            explicit_cluster = True
-        elif a == EIATTR["MAX_CLUSTER_RANK"]:
-            max_cluster_rank = _u32(rec, 0)
         elif a == EIATTR["MAXREG_COUNT"]:
             max_registers = rec.value
-        elif a == EIATTR["NUM_MBARRIERS"]:
-            num_mbarriers = rec.value if rec.fmt != EIFMT_SVAL else _u32(rec, 0)
-        elif a == EIATTR["REG_RECONFIG"]:
-            reg_reconfig = True
 
     params.sort(key=lambda p: p.ordinal)
     if [p.ordinal for p in params] != list(range(len(params))):
@@ -345,19 +320,10 @@ def _kernel_info(data, sections, by_name, name, global_attrs: dict[int, int]) ->
         registers=registers,
         max_registers=max_registers,
         reqntid=reqntid,
-        max_threads=max_threads,
-        cta_per_cluster=cta_per_cluster,
-        explicit_cluster=explicit_cluster,
-        max_cluster_rank=max_cluster_rank,
         static_smem_bytes=static_smem,
         local_bytes=local_bytes,
         frame_size=frame,
-        min_stack_size=global_attrs.get(EIATTR["MIN_STACK_SIZE"], 0),
-        max_stack_size=global_attrs.get(EIATTR["MAX_STACK_SIZE"]),
-        num_mbarriers=num_mbarriers,
-        reg_reconfig=reg_reconfig,
         cuda_api_version=api_version,
-        text_bytes=text[5],
         records=records,
     )
 

@@ -1,11 +1,11 @@
-"""The one thin adapter between hgemm-sm90 and the CuTe DSL (STYLE anti-pattern 5: no monkeypatching).
+"""The one thin adapter between hgemm-sm90 and the CuTe DSL (no monkeypatching of the DSL).
 
 Everything that touches `cutlass` at build time goes through here: environment set-up for CPU
 cross-compilation, dtype mapping, the fake (symbolic) tensors a compile is traced with, and the artifacts a
 compile produces. The DSL is imported lazily so that spec expansion, `regen --list` and the tests that do
 not compile never pay its ~2 s import.
 
-Measured facts this relies on (DESIGN.md, re-checked with nvidia-cutlass-dsl 4.8.1 on 2026-11-29):
+Measured facts this relies on (nvidia-cutlass-dsl 4.8.1, 2026-11-29):
 - `CUTE_DSL_ARCH=sm_90a` cross-compiles on a CPU-only machine with fake tensors and a fake stream.
 - With `CUTE_DSL_KEEP=cubin` set before `import cutlass`, `compiled.__cubin__` holds the cubin bytes.
 - `compiled.export_to_c(dir, name, prefix)` writes the host code as `<name>.o` + `<name>.h`; the tests run
@@ -56,21 +56,6 @@ def cutlass_dtype(dtype: DType):
         DType.e4m3: cutlass.Float8E4M3FN,
         DType.e5m2: cutlass.Float8E5M2,
     }[dtype]
-
-
-def dsl_versions() -> dict[str, str]:
-    """Exact versions of every distribution that shapes the cubins (STYLE P8)."""
-    from importlib import metadata
-
-    names = sorted(
-        {
-            d.metadata["Name"].lower()
-            for d in metadata.distributions()
-            if d.metadata["Name"]
-            and d.metadata["Name"].lower().startswith(("nvidia-cutlass-dsl", "cuda-python", "cuda-bindings"))
-        }
-    )
-    return {n: metadata.version(n) for n in names}
 
 
 def kernel_config(spec: GemmSpec):

@@ -1,7 +1,7 @@
 """The instance matrix: `kernel_specs.yaml` (schema version 1) and its pure, deterministic expansion.
 
 Why: the YAML is the single source of truth for what ships, so it is parsed strictly (unknown keys and
-bad values are errors that name their path) and expanded the same way every time (STYLE P5): a product
+bad values are errors that name their path) and expanded the same way every time: a product
 of named axes, minus combinations the kernel cannot build (`codegen.validity`, with the reason kept) and
 minus explicit `exclude` entries, filtered by name globs, de-duplicated and sorted by instance id. Only
 `load_matrix` does I/O; everything after it is pure.

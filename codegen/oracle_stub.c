@@ -3,7 +3,7 @@
  * Why: the DSL's own host code (the `.o` from `compiled.export_to_c`) knows exactly how to launch its
  * kernel: grid, block, dynamic shared memory, launch attributes and the bytes of every kernel argument,
  * TMA descriptors included. Linking that object against this file and calling its entry on a CPU yields
- * that launch without a GPU (DESIGN.md fact 4). codegen/oracle.py drives it through ctypes.
+ * that launch without a GPU (docs/ARCHITECTURE.md, "The oracle"). codegen/oracle.py drives it through ctypes.
  *
  * The `_cuda*` / `_cu*` names are the DSL runtime's forwarding shims (libcute_dsl_runtime.so defines them
  * as `jmp`s into the statically linked cudart, or, for `_cuKernelGetAttribute`, a wrapper that turns a

@@ -1,6 +1,6 @@
 """What this build's kernel can compile: one list of small predicates, and the shared-memory plan.
 
-Why one source of truth (STYLE P4): the matrix expander drops unsupported combinations with these reasons,
+Why one source of truth: the matrix expander drops unsupported combinations with these reasons,
 `regen --explain` prints them rule by rule, tests skip with them, and the runtime can raise with them. A
 rule returns `None` when the spec passes and otherwise a human reason that names the fix.
 

@@ -3,7 +3,7 @@ own GEMM as the error yardstick, and the checks. The test modules (test_*.py bes
 as ``from tests.gpu import gemm_util``; importing it skips the importing module, with a reason, where
 torch, CUDA, an sm_90 device or hgemm_sm90 is missing.
 
-What one numerics check does (DESIGN.md "Testing tiers", STYLE P13):
+What one numerics check does:
 - fresh seeded random inputs, never zeros: zeros hide unwritten outputs and wrong indexing;
 - every operand is a view into a larger buffer with guard regions (and padded leading dims and batch
   strides where the case says so): A/B/C padding holds NaN, so a read outside them that reaches D shows
@@ -36,14 +36,15 @@ hgemm_sm90 = pytest.importorskip(
 
 DEVICE = "cuda"
 
-TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-               "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-FP8 = ("e4m3", "e5m2")
+from hgemm_sm90.spec import DType  # noqa: E402  (the dtype vocabulary and its facts: runtime/spec.py)
+
+TORCH_DTYPE = {d: getattr(torch, d.array_name) for d in DType}  # StrEnum keys: "bf16" finds DType.bf16
+FP8 = tuple(d for d in DType if d.is_float8)
 # The major whose storage is the logical (rows, cols) matrix itself; the other major stores its transpose.
 NATURAL_MAJOR = {"a": "k", "b": "k", "c": "n", "d": "n"}
 OTHER_MAJOR = {"a": "m", "b": "n", "c": "m", "d": "m"}
 
-K_FACTOR = 2.0  # kernel error <= K_FACTOR * torch's error + atol (STYLE P13)
+K_FACTOR = 2.0  # kernel error <= K_FACTOR * torch's error + atol: judged relative to torch's own error
 # fp8 fast accumulation: the tensor core keeps ~14 bits of the running sum (DeepSeek-V3 report, H800), so
 # the error depends on how the K loop is split into accumulators. cuBLAS may split it differently from our
 # one-accumulator-per-tile loop (e.g. two interleaved accumulators halve the running magnitude), so its
@@ -54,7 +55,7 @@ K_FACTOR_FP8_FAST = 3.0
 ATOL_REL = 2.0**-22
 # ||out - ref|| / ||ref|| bounds. Rounding D to its dtype dominates: unit roundoff u is 2^-8 for bf16 and
 # 2^-11 for fp16, and uniformly distributed rounding gives a norm-relative error of ~0.4u (bf16 measured
-# 1.7e-3, DESIGN fact 5). The bounds leave 4-8x margin over that yet sit 10x below what one dropped k-tile
+# 1.7e-3 on an H200, 2026-11-29). The bounds leave 4-8x margin over that yet sit 10x below what one dropped k-tile
 # does (sqrt(64/4096) ~ 0.12 even at K=4096). fp32 D has only accumulation error, ~sqrt(K) * 2^-24 < 1e-5.
 # fp8 D: u = 2^-4 (e4m3), 2^-3 (e5m2).
 REL_BOUND = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4, "e4m3": 1.5e-1, "e5m2": 3e-1}
