@@ -32,7 +32,7 @@ Compiler facts that constrain this file (ptxas serializing WGMMAs, the launch bo
 unrolling) are in docs/KERNEL.md.
 
 The host entries take only tensors, scalars and a stream, so their launch is easy to reproduce from the
-manifest (DESIGN.md fact 2, docs/CONTRACT.md). Everything else is compile-time (one cubin per instance).
+manifest (docs/CONTRACT.md). Everything else is compile-time (one cubin per instance).
 """
 
 from dataclasses import dataclass
@@ -93,6 +93,48 @@ class KernelConfig:
     @property
     def threads(self) -> int:
         return THREADS_PER_WARPGROUP * (self.consumer_warpgroups + 1)
+
+
+@dataclass(frozen=True)
+class EpilogueContext:
+    """One consumer thread's epilogue state that is the same for every tile: built once before the tile
+    loop by `HopperGemm._make_epilogue`, read by `HopperGemm._epilogue`. Trace-time values (DSL tensors,
+    atoms, pipelines, Python ints); the C fields are None for instances that do not read C."""
+
+    # Kernel inputs: the TMA atoms, C's "sub-tile landed" mbarriers, the scalars, the staging buffers and
+    # the tiled global tensors of D and C.
+    tma_atom_d: object
+    tma_atom_c: object
+    c_full: object
+    alpha: object
+    beta: object
+    sD: object
+    sC: object
+    gD_mnl: object
+    gC_mnl: object
+    # Registers -> shared memory: the accumulator as the epilogue copies see it, one sub-tile's fp32 and
+    # D-typed values, and this thread's part of the D staging buffers.
+    tiled_copy_r2s: object
+    tRS_rAcc: object
+    tRS_rD: object
+    tRS_rD_out: object
+    tRS_sD: object
+    regs_per_epi_tile: int
+    # C: shared memory -> registers.
+    tiled_copy_s2r: object
+    tSR_sC: object
+    tSR_rC: object
+    tRS_rC: object
+    # The threads that store together: their named barrier, whether this warp issues the TMA traffic,
+    # their TMA store pipeline, and (N split) the column half and staging buffers they own.
+    barrier: object
+    is_epi_warp: object
+    store_pipeline: object
+    own_part: object
+    d_buffer_base: object
+    c_buffer_base: object
+    c_subtile_bytes: int
+    tiles_per_tile: int  # epilogue sub-tiles per output tile (of this warpgroup's column half under N split)
 
 
 def make_gemm(config: KernelConfig) -> "HopperGemm":
@@ -530,8 +572,7 @@ class HopperGemm:
         warp_idx: Int32,
         warp_group_idx: Int32,
     ):
-        """Consumer warpgroups: for each of their tiles, the WGMMA mainloop, then the epilogue."""
-        has_c = cutlass.const_expr(gC_mnl is not None)
+        """Consumer warpgroups: walk this CTA's tiles; for each, the WGMMA mainloop, then the epilogue."""
         cm, cn = self.cluster_mn
         # The thread's index among the threads sharing a tile (one warpgroup under ping-pong).
         tile_tidx = tidx % self.tile_threads
@@ -546,7 +587,112 @@ class HopperGemm:
         k_accs = tuple(
             cute.make_rmem_tensor(tCgD.shape[:3], self.acc_dtype) for _ in range(self.k_acc_buffers)
         )
+        # Both mainloops take the same arguments; the configuration picks one at trace time.
+        mainloop = self._mainloop
+        if cutlass.const_expr(self.fp8_slow_accum):
+            mainloop = self._promoted_mainloop
 
+        epi = self._make_epilogue(
+            tiled_mma,
+            accumulators,
+            tma_atom_d,
+            tma_atom_c,
+            c_full,
+            alpha,
+            beta,
+            sD,
+            sC,
+            gD_mnl,
+            gC_mnl,
+            tidx,
+            warp_idx,
+            warp_group_idx,
+        )
+        wg = warp_group_idx if self.pingpong else 0
+
+        read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stages)
+        release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stages)
+        epi_buffer = Int32(0)  # next D staging buffer
+        c_count = Int32(0)  # C sub-tiles loaded so far through the shared C buffers (phase tracking)
+        linear = cluster_id
+        tile_stride = num_clusters
+        if cutlass.const_expr(self.pingpong):
+            # Warpgroup w takes every other tile of this CTA's sequence, starting with the w-th; the
+            # ring's stages and the C buffers are shared, so skip what the other warpgroup consumes.
+            linear = cluster_id + warp_group_idx * num_clusters
+            tile_stride = 2 * num_clusters
+            # Warpgroup 1 starts one tile (k-tiles, C sub-tiles) into the shared sequences. Written as
+            # arithmetic (x0 for warpgroup 0) rather than a branch around the pipeline states.
+            read_state.advance(k_tile_cnt * warp_group_idx)
+            release_state.advance(k_tile_cnt * warp_group_idx)
+            c_count += epi.tiles_per_tile * warp_group_idx
+            if warp_group_idx == 0:
+                # Warpgroup 0 starts: grant itself the first mainloop and epilogue turns.
+                cute.arch.barrier_arrive(
+                    barrier_id=MMA_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
+                cute.arch.barrier_arrive(
+                    barrier_id=EPI_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
+                )
+
+        while linear < cluster_tiles:
+            ctile_m, ctile_n, batch = cluster_tile_coord(
+                linear, clusters_m, clusters_n, raster_along_m, group_size
+            )
+            tile_m = ctile_m * cm + cluster_coord_mnk[0]
+            tile_n = ctile_n * cn + cluster_coord_mnk[1]
+
+            self._wait_turn(MMA_TURN_BARRIER, wg)
+            read_state, release_state = mainloop(
+                ab_pipeline,
+                tiled_mma,
+                accumulators,
+                k_accs,
+                tCrA,
+                tCrB,
+                read_state,
+                release_state,
+                k_tile_cnt,
+                wg,
+            )
+
+            self._wait_turn(EPI_TURN_BARRIER, wg)
+            epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
+            if cutlass.const_expr(self.pingpong):
+                # Both warpgroups write the same D staging buffers: drain this tile's stores before
+                # handing the epilogue to the other warpgroup, then skip its share of the pipelines.
+                self._drain_stores(epi)
+                self._pass_turn(EPI_TURN_BARRIER, wg)
+                read_state.advance(k_tile_cnt)
+                release_state.advance(k_tile_cnt)
+                c_count += epi.tiles_per_tile
+            linear += tile_stride
+
+        # Drain outstanding TMA stores before the CTA exits.
+        self._drain_stores(epi)
+
+    # ------------------------------------------------------------------ epilogue
+    @cute.jit
+    def _make_epilogue(
+        self,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        tma_atom_c,
+        c_full,
+        alpha: Float32,
+        beta,
+        sD: cute.Tensor,
+        sC,
+        gD_mnl: cute.Tensor,
+        gC_mnl,
+        tidx: Int32,
+        warp_idx: Int32,
+        warp_group_idx: Int32,
+    ):
+        """This thread's epilogue set-up, the same for every tile: its partitions of the accumulator, the
+        staging buffers and C, its barrier and store pipeline (built once, before the tile loop)."""
+        has_c = cutlass.const_expr(gC_mnl is not None)
         # Epilogue partitions: registers -> shared memory (stmatrix for 16-bit D) -> TMA store. The
         # stmatrix atom (16-bit) only defines the thread/value layout every epilogue copy follows. With
         # the N split each warpgroup stores its own column half: its accumulator fragment is exactly a
@@ -577,7 +723,6 @@ class HopperGemm:
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))
         tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
         tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.d_dtype)
-        regs_per_epi_tile = cute.size(tRS_rD)
 
         tSR_sC, tRS_rC, tSR_rC, tiled_copy_s2r = None, None, None, None
         if cutlass.const_expr(has_c):
@@ -589,7 +734,6 @@ class HopperGemm:
             tRS_rC = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
             tSR_rC = thr_copy_s2r.retile(tRS_rC)
 
-        wg = warp_group_idx if self.pingpong else 0
         epi_wg = warp_group_idx if self.wg_epilogue else 0
         epilogue_barrier = pipeline.NamedBarrier(
             barrier_id=EPILOGUE_BARRIER + epi_wg, num_threads=self.epi_threads
@@ -607,155 +751,126 @@ class HopperGemm:
         c_subtile_bytes = 0
         if cutlass.const_expr(has_c):
             c_subtile_bytes = cute.size_in_bytes(self.c_dtype, cute.slice_(sC, (None, None, 0)))
-
-        read_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.ab_stages
-        )
-        release_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.ab_stages
-        )
-        epi_tiles_per_tile = (
+        tiles_per_tile = (
             cute.size(cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1])
             // self.epi_buffer_sets
         )
-        epi_buffer = Int32(0)  # next D staging buffer
-        c_count = Int32(0)  # C sub-tiles loaded so far through the shared C buffers (phase tracking)
-        linear = cluster_id
-        tile_stride = num_clusters
-        if cutlass.const_expr(self.pingpong):
-            # Warpgroup w takes every other tile of this CTA's sequence, starting with the w-th; the
-            # ring's stages and the C buffers are shared, so skip what the other warpgroup consumes.
-            linear = cluster_id + warp_group_idx * num_clusters
-            tile_stride = 2 * num_clusters
-            # Warpgroup 1 starts one tile (k-tiles, C sub-tiles) into the shared sequences. Written as
-            # arithmetic (x0 for warpgroup 0) rather than a branch around the pipeline states.
-            read_state.advance(k_tile_cnt * warp_group_idx)
-            release_state.advance(k_tile_cnt * warp_group_idx)
-            c_count += epi_tiles_per_tile * warp_group_idx
-            if warp_group_idx == 0:
-                # Warpgroup 0 starts: grant itself the first mainloop and epilogue turns.
-                cute.arch.barrier_arrive(
-                    barrier_id=MMA_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
-                )
-                cute.arch.barrier_arrive(
-                    barrier_id=EPI_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
-                )
+        return EpilogueContext(
+            tma_atom_d=tma_atom_d,
+            tma_atom_c=tma_atom_c,
+            c_full=c_full,
+            alpha=alpha,
+            beta=beta,
+            sD=sD,
+            sC=sC,
+            gD_mnl=gD_mnl,
+            gC_mnl=gC_mnl,
+            tiled_copy_r2s=tiled_copy_r2s,
+            tRS_rAcc=tRS_rAcc,
+            tRS_rD=tRS_rD,
+            tRS_rD_out=tRS_rD_out,
+            tRS_sD=tRS_sD,
+            regs_per_epi_tile=cute.size(tRS_rD),
+            tiled_copy_s2r=tiled_copy_s2r,
+            tSR_sC=tSR_sC,
+            tSR_rC=tSR_rC,
+            tRS_rC=tRS_rC,
+            barrier=epilogue_barrier,
+            is_epi_warp=is_epi_warp,
+            store_pipeline=tma_store_pipeline,
+            own_part=own_part,
+            d_buffer_base=d_buffer_base,
+            c_buffer_base=c_buffer_base,
+            c_subtile_bytes=c_subtile_bytes,
+            tiles_per_tile=tiles_per_tile,
+        )
 
-        while linear < cluster_tiles:
-            ctile_m, ctile_n, batch = cluster_tile_coord(
-                linear, clusters_m, clusters_n, raster_along_m, group_size
-            )
-            tile_m = ctile_m * cm + cluster_coord_mnk[0]
-            tile_n = ctile_n * cn + cluster_coord_mnk[1]
+    @cute.jit
+    def _epilogue(self, epi: EpilogueContext, tile_m, tile_n, batch, epi_buffer: Int32, c_count: Int32):
+        """Store one tile's accumulators as D: for each of this epilogue's sub-tiles, registers -> alpha *
+        acc (+ beta * C, C loaded by TMA into its shared buffers `c_stages` sub-tiles ahead) -> D's dtype
+        -> shared memory (stmatrix for 16-bit D) -> TMA store.
 
-            # ---- mainloop
-            if cutlass.const_expr(self.pingpong):
-                cute.arch.barrier(
-                    barrier_id=MMA_TURN_BARRIER + wg, number_of_threads=2 * THREADS_PER_WARPGROUP
-                )
-            read_state, release_state = self._mainloop(
-                ab_pipeline,
-                tiled_mma,
-                accumulators,
-                k_accs,
-                tCrA,
-                tCrB,
-                read_state,
-                release_state,
-                k_tile_cnt,
-                wg,
-            )
-
-            # ---- epilogue
-            if cutlass.const_expr(self.pingpong):
-                cute.arch.barrier(
-                    barrier_id=EPI_TURN_BARRIER + wg, number_of_threads=2 * THREADS_PER_WARPGROUP
-                )
-            gD_tile = cute.zipped_divide(gD_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
-            bSG_sD, bSG_gD = cpasync.tma_partition(
-                tma_atom_d,
+        `epi_buffer` is the next D staging buffer, `c_count` the number of C sub-tiles loaded before this
+        tile (it gives the C buffers' mbarrier phases). Returns both, advanced past this tile.
+        """
+        has_c = cutlass.const_expr(epi.gC_mnl is not None)
+        # Plain names for what the run-time branch `if is_epi_warp:` below uses: the DSL's tracer decides
+        # what such a branch carries from the names in it.
+        is_epi_warp = epi.is_epi_warp
+        tma_store_pipeline = epi.store_pipeline
+        gD_tile = cute.zipped_divide(epi.gD_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+        bSG_sD, bSG_gD = cpasync.tma_partition(
+            epi.tma_atom_d,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(epi.sD, 0, 2),
+            gD_tile,
+        )
+        # This epilogue's sub-tiles, row by row (the accumulator's register order): all of them, or
+        # under the N split this warpgroup's column half.
+        epi_grid = gD_tile.shape[1]
+        own_cols = epi_grid[1] // self.epi_buffer_sets
+        epi_order = cute.make_layout((epi_grid[0], own_cols), stride=(own_cols, 1))
+        col_offset = epi.own_part * own_cols  # of this epilogue's first sub-tile column
+        bGS_sC, bGS_gC = None, None
+        if cutlass.const_expr(has_c):
+            gC_tile = cute.zipped_divide(epi.gC_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+            bGS_sC, bGS_gC = cpasync.tma_partition(
+                epi.tma_atom_c,
                 0,
                 cute.make_layout(1),
-                cute.group_modes(sD, 0, 2),
-                gD_tile,
+                cute.group_modes(epi.sC, 0, 2),
+                gC_tile,
             )
-            # This epilogue's sub-tiles, row by row (the accumulator's register order): all of them, or
-            # under the N split this warpgroup's column half.
-            epi_grid = gD_tile.shape[1]
-            own_cols = epi_grid[1] // self.epi_buffer_sets
-            epi_order = cute.make_layout((epi_grid[0], own_cols), stride=(own_cols, 1))
-            bGS_sC, bGS_gC = None, None
+            # Prefetch the first sub-tile(s) of C; the buffers are free (see the barrier below).
+            for i in cutlass.range_constexpr(min(self.c_stages, epi.tiles_per_tile)):
+                self._load_c_subtile(
+                    epi, bGS_sC, bGS_gC, self._sub_tile(epi_order, i, col_offset), c_count + i
+                )
+        for epi_idx in cutlass.range_constexpr(epi.tiles_per_tile):
+            for v in cutlass.range_constexpr(epi.regs_per_epi_tile):
+                epi.tRS_rD[v] = epi.tRS_rAcc[epi_idx * epi.regs_per_epi_tile + v]
+            acc_vec = epi.tRS_rD.load() * epi.alpha
             if cutlass.const_expr(has_c):
-                gC_tile = cute.zipped_divide(
-                    gC_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile
-                )
-                bGS_sC, bGS_gC = cpasync.tma_partition(
-                    tma_atom_c,
-                    0,
-                    cute.make_layout(1),
-                    cute.group_modes(sC, 0, 2),
-                    gC_tile,
-                )
-                # Prefetch the first sub-tile(s) of C; the buffers are free (see the barrier below).
-                for i in cutlass.range_constexpr(min(self.c_stages, epi_tiles_per_tile)):
-                    self._load_c_subtile(
-                        tma_atom_c, bGS_sC, bGS_gC, c_full, self._sub_tile(epi_order, i, own_part * own_cols),
-                        c_buffer_base, c_count + i, c_subtile_bytes, is_epi_warp,
-                    )
-            for epi_idx in cutlass.range_constexpr(epi_tiles_per_tile):
-                for v in cutlass.range_constexpr(regs_per_epi_tile):
-                    tRS_rD[v] = tRS_rAcc[epi_idx * regs_per_epi_tile + v]
-                acc_vec = tRS_rD.load() * alpha
-                if cutlass.const_expr(has_c):
-                    c_buffer = c_buffer_base + (c_count + epi_idx) % self.c_stages
-                    c_phase = ((c_count + epi_idx) // self.c_stages) % 2
-                    cute.arch.mbarrier_wait(c_full + c_buffer, c_phase)
-                    cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, c_buffer)], tSR_rC)
-                    acc_vec = acc_vec + tRS_rC.load().to(self.acc_dtype) * beta
-                tRS_rD_out.store(acc_vec.to(self.d_dtype))
+                c_buffer = epi.c_buffer_base + (c_count + epi_idx) % self.c_stages
+                c_phase = ((c_count + epi_idx) // self.c_stages) % 2
+                cute.arch.mbarrier_wait(epi.c_full + c_buffer, c_phase)
+                cute.copy(epi.tiled_copy_s2r, epi.tSR_sC[(None, None, None, c_buffer)], epi.tSR_rC)
+                acc_vec = acc_vec + epi.tRS_rC.load().to(self.acc_dtype) * epi.beta
+            epi.tRS_rD_out.store(acc_vec.to(self.d_dtype))
+            cute.copy(
+                epi.tiled_copy_r2s,
+                epi.tRS_rD_out,
+                epi.tRS_sD[(None, None, None, epi.d_buffer_base + epi_buffer)],
+            )
+            # stmatrix writes are generic-proxy; the TMA store (and the next TMA load of C into the
+            # buffer just read) go through the async proxy.
+            cute.arch.fence_proxy("async.shared", space="cta")
+            epi.barrier.arrive_and_wait()
+            if is_epi_warp:
                 cute.copy(
-                    tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, d_buffer_base + epi_buffer)]
+                    epi.tma_atom_d,
+                    bSG_sD[(None, epi.d_buffer_base + epi_buffer)],
+                    bSG_gD[(None, self._sub_tile(epi_order, epi_idx, col_offset))],
                 )
-                # stmatrix writes are generic-proxy; the TMA store (and the next TMA load of C into the
-                # buffer just read) go through the async proxy.
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epilogue_barrier.arrive_and_wait()
-                if is_epi_warp:
-                    cute.copy(
-                        tma_atom_d,
-                        bSG_sD[(None, d_buffer_base + epi_buffer)],
-                        bSG_gD[(None, self._sub_tile(epi_order, epi_idx, own_part * own_cols))],
+                tma_store_pipeline.producer_commit()
+                tma_store_pipeline.producer_acquire()
+            if cutlass.const_expr(has_c):
+                # The C buffer of this sub-tile has been read by every thread (barrier above): refill
+                # it with the sub-tile c_stages ahead.
+                if cutlass.const_expr(epi_idx + self.c_stages < epi.tiles_per_tile):
+                    self._load_c_subtile(
+                        epi,
+                        bGS_sC,
+                        bGS_gC,
+                        self._sub_tile(epi_order, epi_idx + self.c_stages, col_offset),
+                        c_count + epi_idx + self.c_stages,
                     )
-                    tma_store_pipeline.producer_commit()
-                    tma_store_pipeline.producer_acquire()
-                if cutlass.const_expr(has_c):
-                    # The C buffer of this sub-tile has been read by every thread (barrier above): refill
-                    # it with the sub-tile c_stages ahead.
-                    if cutlass.const_expr(epi_idx + self.c_stages < epi_tiles_per_tile):
-                        self._load_c_subtile(
-                            tma_atom_c, bGS_sC, bGS_gC, c_full,
-                            self._sub_tile(epi_order, epi_idx + self.c_stages, own_part * own_cols),
-                            c_buffer_base, c_count + epi_idx + self.c_stages, c_subtile_bytes, is_epi_warp,
-                        )
-                epilogue_barrier.arrive_and_wait()
-                epi_buffer = (epi_buffer + 1) % self.epi_stages
-            c_count += epi_tiles_per_tile
-            if cutlass.const_expr(self.pingpong):
-                # Both warpgroups write the same D staging buffers: drain this tile's stores before
-                # handing the epilogue to the other warpgroup, then skip its share of the pipelines.
-                if is_epi_warp:
-                    tma_store_pipeline.producer_tail()
-                cute.arch.barrier_arrive(
-                    barrier_id=EPI_TURN_BARRIER + 1 - wg, number_of_threads=2 * THREADS_PER_WARPGROUP
-                )
-                read_state.advance(k_tile_cnt)
-                release_state.advance(k_tile_cnt)
-                c_count += epi_tiles_per_tile
-            linear += tile_stride
-
-        # Drain outstanding TMA stores before the CTA exits.
-        if is_epi_warp:
-            tma_store_pipeline.producer_tail()
+            epi.barrier.arrive_and_wait()
+            epi_buffer = (epi_buffer + 1) % self.epi_stages
+        c_count += epi.tiles_per_tile
+        return epi_buffer, c_count
 
     @staticmethod
     def _sub_tile(epi_order, epi_idx: int, col_offset):
@@ -764,10 +879,14 @@ class HopperGemm:
         return (row, col + col_offset)
 
     @cute.jit
-    def _load_c_subtile(
-        self, tma_atom_c, bGS_sC, bGS_gC, c_full, sub_tile, buffer_base, c_index, c_subtile_bytes, is_epi_warp
-    ):
-        """One warp loads C's epilogue sub-tile `sub_tile` into buffer `buffer_base + c_index % c_stages`."""
+    def _load_c_subtile(self, epi: EpilogueContext, bGS_sC, bGS_gC, sub_tile, c_index):
+        """One warp loads C's epilogue sub-tile `sub_tile` into C buffer `c_buffer_base + c_index % c_stages`
+        and arms that buffer's mbarrier with the sub-tile's bytes."""
+        is_epi_warp = epi.is_epi_warp
+        tma_atom_c = epi.tma_atom_c
+        c_full = epi.c_full
+        buffer_base = epi.c_buffer_base
+        c_subtile_bytes = epi.c_subtile_bytes
         if is_epi_warp:
             buffer = buffer_base + c_index % self.c_stages
             with cute.arch.elect_one():
@@ -779,6 +898,15 @@ class HopperGemm:
                 tma_bar_ptr=c_full + buffer,
             )
 
+    @cute.jit
+    def _drain_stores(self, epi: EpilogueContext):
+        """Wait until this epilogue's TMA stores have read their D staging buffers."""
+        is_epi_warp = epi.is_epi_warp
+        tma_store_pipeline = epi.store_pipeline
+        if is_epi_warp:
+            tma_store_pipeline.producer_tail()
+
+    # ------------------------------------------------------------------ mainloops
     @cute.jit
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, stage, accumulate: bool):
         """Issue (and commit as one batch) the WGMMAs of one k-tile from ring stage `stage` into `acc`.
@@ -796,6 +924,20 @@ class HopperGemm:
         return tiled_mma
 
     @cute.jit
+    def _issue_next_k_tile(self, ab_pipeline, tiled_mma, acc, tCrA, tCrB, read_state, accumulate: bool):
+        """Wait until the ring stage at `read_state` is full, issue that k-tile's WGMMAs into `acc` (one
+        committed batch, `_mma_k_tile`) and step `read_state` to the next stage. The batch stays in flight
+        and the stage in use: the caller waits for the batch (`warpgroup.wait_group`), then releases it.
+
+        Returns `(tiled_mma, read_state)`; callers rebind both, so the DSL's tracer carries them through
+        their loops and branches.
+        """
+        ab_pipeline.consumer_wait(read_state)
+        tiled_mma = self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, read_state.index, accumulate)
+        read_state.advance()
+        return tiled_mma, read_state
+
+    @cute.jit
     def _mainloop(
         self,
         ab_pipeline,
@@ -809,31 +951,28 @@ class HopperGemm:
         k_tile_cnt: Int32,
         wg,
     ):
-        """All k-tiles of one output tile into `accumulators` (K >= 1, so there is at least one k-tile).
+        """All k-tiles of one output tile, accumulated by the WGMMAs themselves into `accumulators` (16-bit
+        inputs, fp8 fast accumulation). K >= 1, so there is at least one k-tile. Returns the advanced
+        `(read_state, release_state)`.
 
         One WGMMA batch stays in flight: the stage of k-tile i-1 is released once k-tile i's batch is
-        issued and i-1's has completed. With slow accumulation (`k_accs` set) see `_promoted_mainloop`.
+        issued and i-1's has completed. `k_accs` is unused: both mainloops take the same arguments (fp8
+        slow accumulation: `_promoted_mainloop`).
         """
-        if cutlass.const_expr(self.fp8_slow_accum):
-            read_state, release_state = self._promoted_mainloop(
-                ab_pipeline, tiled_mma, accumulators, k_accs, tCrA, tCrB, read_state, release_state,
-                k_tile_cnt, wg,
+        tiled_mma, read_state = self._issue_next_k_tile(
+            ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, read_state, False
+        )
+        for _ in range(1, k_tile_cnt):
+            tiled_mma, read_state = self._issue_next_k_tile(
+                ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, read_state, True
             )
-        else:
-            ab_pipeline.consumer_wait(read_state)
-            tiled_mma = self._mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, False)
-            read_state.advance()
-            for _ in range(1, k_tile_cnt):
-                ab_pipeline.consumer_wait(read_state)
-                tiled_mma = self._mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, True)
-                read_state.advance()
-                warpgroup.wait_group(1)  # k-tile - 1 is done with its stage
-                ab_pipeline.consumer_release(release_state)
-                release_state.advance()
-            self._mma_turn_done(wg)
-            warpgroup.wait_group(0)
+            warpgroup.wait_group(1)  # k-tile - 1 is done with its stage
             ab_pipeline.consumer_release(release_state)
             release_state.advance()
+        self._pass_turn(MMA_TURN_BARRIER, wg)
+        warpgroup.wait_group(0)
+        ab_pipeline.consumer_release(release_state)
+        release_state.advance()
         return read_state, release_state
 
     @cute.jit
@@ -851,7 +990,8 @@ class HopperGemm:
         wg,
     ):
         """fp8 slow accumulation: each k-tile's WGMMAs start a fresh accumulator, which is then added in
-        fp32 into `accumulators` (the "promotion" that keeps long-K fp8 sums accurate).
+        fp32 into `accumulators` (the "promotion" that keeps long-K fp8 sums accurate). Same arguments and
+        result as `_mainloop`.
 
         With two k-tile accumulators, k-tiles are issued in pairs and the first of a pair is promoted while
         the second's WGMMAs run. No batch stays in flight across the loop's back edge: the loop-carried
@@ -864,26 +1004,26 @@ class HopperGemm:
         if cutlass.const_expr(len(k_accs) == 2):
             acc_even, acc_odd = k_accs
             for _ in range(k_tile_cnt // 2):
-                ab_pipeline.consumer_wait(read_state)
-                tiled_mma = self._mma_k_tile(tiled_mma, acc_even, tCrA, tCrB, read_state.index, False)
-                read_state.advance()
-                ab_pipeline.consumer_wait(read_state)
-                tiled_mma = self._mma_k_tile(tiled_mma, acc_odd, tCrA, tCrB, read_state.index, False)
-                read_state.advance()
+                tiled_mma, read_state = self._issue_next_k_tile(
+                    ab_pipeline, tiled_mma, acc_even, tCrA, tCrB, read_state, False
+                )
+                tiled_mma, read_state = self._issue_next_k_tile(
+                    ab_pipeline, tiled_mma, acc_odd, tCrA, tCrB, read_state, False
+                )
                 release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 1)
                 release_state = self._promote(ab_pipeline, accumulators, acc_odd, release_state, 0)
             if k_tile_cnt % 2 == 1:
-                ab_pipeline.consumer_wait(read_state)
-                tiled_mma = self._mma_k_tile(tiled_mma, acc_even, tCrA, tCrB, read_state.index, False)
-                read_state.advance()
+                tiled_mma, read_state = self._issue_next_k_tile(
+                    ab_pipeline, tiled_mma, acc_even, tCrA, tCrB, read_state, False
+                )
                 release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 0)
         else:
             for _ in range(k_tile_cnt):
-                ab_pipeline.consumer_wait(read_state)
-                tiled_mma = self._mma_k_tile(tiled_mma, k_accs[0], tCrA, tCrB, read_state.index, False)
-                read_state.advance()
+                tiled_mma, read_state = self._issue_next_k_tile(
+                    ab_pipeline, tiled_mma, k_accs[0], tCrA, tCrB, read_state, False
+                )
                 release_state = self._promote(ab_pipeline, accumulators, k_accs[0], release_state, 0)
-        self._mma_turn_done(wg)
+        self._pass_turn(MMA_TURN_BARRIER, wg)
         return read_state, release_state
 
     @cute.jit
@@ -896,12 +1036,21 @@ class HopperGemm:
         release_state.advance()
         return release_state
 
+    # ------------------------------------------------------------------ ping-pong turns
     @cute.jit
-    def _mma_turn_done(self, wg):
-        """Ping-pong: all of this tile's MMAs are issued, so the other warpgroup may start its mainloop."""
+    def _wait_turn(self, turn_barrier: int, wg):
+        """Ping-pong: wait until the other warpgroup hands this one the turn at `turn_barrier`
+        (MMA_TURN_BARRIER: the mainloop, EPI_TURN_BARRIER: the epilogue). No-op for cooperative tiles."""
+        if cutlass.const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=turn_barrier + wg, number_of_threads=2 * THREADS_PER_WARPGROUP)
+
+    @cute.jit
+    def _pass_turn(self, turn_barrier: int, wg):
+        """Ping-pong: hand the turn at `turn_barrier` to the other warpgroup (for MMA_TURN_BARRIER: all of
+        this tile's MMAs are issued, so it may start its mainloop). No-op for cooperative tiles."""
         if cutlass.const_expr(self.pingpong):
             cute.arch.barrier_arrive(
-                barrier_id=MMA_TURN_BARRIER + 1 - wg, number_of_threads=2 * THREADS_PER_WARPGROUP
+                barrier_id=turn_barrier + 1 - wg, number_of_threads=2 * THREADS_PER_WARPGROUP
             )
 
 
