@@ -66,9 +66,6 @@ def kernel_config(spec: GemmSpec):
     plan = smem_plan(spec)
     regs = register_plan(spec)
     return KernelConfig(
-        a_dtype=cutlass_dtype(spec.a_dtype),
-        b_dtype=cutlass_dtype(spec.b_dtype),
-        d_dtype=cutlass_dtype(spec.d_dtype),
         acc_dtype=cutlass_dtype(spec.acc_dtype),
         tile_mnk=tuple(spec.tile),
         cluster_mn=tuple(spec.cluster),

@@ -65,10 +65,7 @@ KERNEL_WAITS_FOR_PREDECESSOR = True
 class KernelConfig:
     """Everything compile-time about one instance, in DSL terms (built by codegen/dsl.py from a GemmSpec)."""
 
-    a_dtype: type
-    b_dtype: type
-    d_dtype: type
-    acc_dtype: type
+    acc_dtype: type  # A's, B's and D's element types come from the tensors the kernel is traced with
     tile_mnk: tuple[int, int, int]
     cluster_mn: tuple[int, int]
     ab_stages: int
