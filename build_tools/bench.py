@@ -1,29 +1,33 @@
 """`python -m build_tools.bench`: throughput of shipped instances against cuBLAS, and host cost per launch.
 
-Why: DESIGN.md's performance yardsticks are ratios to cuBLAS measured in the same process on the same GPU,
-and the host overhead of one launch. This prints both, writes the table for docs/PERF.md (--markdown),
-every raw timing (--json) and a plot of the ratios (--plot, or `python -m build_tools.perf_plot`).
+Why: this project's performance figures (docs/PERF.md) are ratios to cuBLAS measured in the same process on
+the same GPU (absolute TFLOP/s drift with clocks and the power cap), and the host overhead of one launch.
+This prints both, writes the table for docs/PERF.md (--markdown), every raw timing (--json) and a plot of
+the ratios (--plot, or `python -m build_tools.perf_plot`).
 
 Two modes:
 - default: the shapes of --shapes for one dtype combination (--dtype, --b-dtype, --out-dtype), every
   matching K-major A/B, N-major D instance without C (--kernels globs pick others, any layout; instances
   with C then get a C buffer and beta = 1), then the host overhead of one launch;
-- `--suite issue3`: issue 3's shape suite (square 4096 and 8192; M in {16, 128, 512, 2048, 8192} x (N, K) in
-  {(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)}) for bf16 -> bf16 and fp16 -> fp16 against
-  `torch.matmul`, and e4m3 x e4m3 -> bf16 against `torch._scaled_mm(a, b.T, one, one,
+- `--suite square-llm` (22 shapes; named `issue3` before 2026-11-30): square 4096^3 and 8192^3, and
+  M in {16, 128, 512, 2048, 8192} x (N, K) in {(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)},
+  the projection GEMMs of decoder LLMs with hidden size 4096 / FFN 14336 and hidden size 8192 / FFN 28672
+  (Llama-3-8B- and 70B-like) from decode-sized to prefill-sized M, for bf16 -> bf16 and fp16 -> fp16
+  against `torch.matmul`, and e4m3 x e4m3 -> bf16 against `torch._scaled_mm(a, b.T, one, one,
   out_dtype=torch.bfloat16)` with unit fp32 scales (our alpha = 1 computes the same); fp8 is reported
   twice: our promoted-accumulation instances vs `_scaled_mm`'s default (promoted) accumulation, and our
   fast-accumulation instances vs `_scaled_mm(use_fast_accum=True)`. `--dtype X` keeps the combinations
   whose A is X.
 
-A benchmark, not a test: it checks nothing about the values the kernels compute (STYLE: correctness and
+A benchmark, not a test: it checks nothing about the values the kernels compute (correctness and
 benchmarking stay apart). Run the GPU tier (tests/gpu) first. Needs torch (allocation, CUDA events, the
 cuBLAS baseline) and an sm_90 GPU.
 
 Method:
 - Per shape, cuBLAS and every candidate take turns, one timed batch each per round (A/B/C, B/C/A, ...), so
-  clock and power drift hits all alike (the H200 drops from ~1980 to ~1470 MHz at its power cap, DESIGN
-  fact 8). After one untimed warm-up each, the figure is the median over `--reps` rounds.
+  clock and power drift hits all alike (the H200's SM clock starts a run at ~1980 MHz and ended the
+  8192^3 runs near 1400 MHz at its 700 W power cap; H200, 2026-11-29, docs/PERF.md). After one untimed
+  warm-up each, the figure is the median over `--reps` rounds.
 - A batch is either `--iters` back-to-back eager launches between two CUDA events, or (small problems,
   where the ~8 µs of host work per launch would leave the GPU idle between kernels) one replay of a CUDA
   graph holding `--graph-iters` launches. `--timing auto` picks the graph when the shape's 16-bit roofline
@@ -45,18 +49,20 @@ Method:
   synchronize between chunks that is not timed, so the launch queue never fills up and blocks the host;
   2000 calls per run, median of 5 runs, the measured calls interleaved run by run.
 
-Budget of `--suite issue3` (the limit: 9 minutes on the H200). GPU work: the suite's 22 shapes are ~9.2
-TFLOP per pass (most of it the M = 8192 row and 8192^3), ~14 ms at bf16 rates and ~8 ms for fp8. Each
+Budget of `--suite square-llm` (kept under 9 minutes on the H200). GPU work: the suite's 22 shapes are
+~9.2 TFLOP per pass (most of it the M = 8192 row and 8192^3), ~14 ms at bf16 rates and ~8 ms for fp8. Each
 runner that reaches the full rounds does ~2 + 20 x 20 launches (eager; graphs for small shapes add launches
-but little time), each screened candidate ~2 + 2 x 3: with 18 bf16 candidates (the 250-instance matrix),
-4 survivors (3 + cuBLAS) and 2 series for fp8 (10 candidates) that is ~(18 x 8 + 4 x 402) x 14 ms ~ 25 s per
-16-bit dtype and ~(10 x 8 + 8 x 402) x 8 ms ~ 26 s for fp8. The rest is host time: allocation and random
-fill of the buffer sets (< 1.2 GB per shape), graph captures, warm-ups, the 1 ms lead per batch and ~8 µs
-per eager launch. Measured with a stand-in for the kernels (torch ops through the same pointers, so ours
-and cuBLAS ran the very same cuBLAS kernels) on the H200, 2026-11-29: the whole suite took 64-88 s with
-10 rounds (1-5 ms lead), and the ratios of those identical kernels came out 0.989-1.06 (median 1.000):
-differences of a few percent at the large shapes are noise plus the best-of-3 pick. Expect 2-3 minutes
-with 20 rounds; `--reps`/`--iters` scale the full rounds linearly.
+but little time), each screened candidate ~2 + 2 x 3: with the 299-instance default profile's 30 bf16 (and
+30 fp16) candidates, 4 survivors (3 + cuBLAS), and 2 series for fp8 (27 e4m3 candidates: 7 promoted, 20
+fast), that is ~(30 x 8 + 4 x 402) x 14 ms ~ 26 s per 16-bit dtype and ~(27 x 8 + 8 x 402) x 8 ms ~ 27 s
+for fp8. The rest is host time: allocation and random fill of the buffer sets (< 1.2 GB per shape), graph
+captures, warm-ups, the 1 ms lead per batch and ~8 µs per eager launch. Measured with a stand-in for the
+kernels (torch ops through the same pointers, so ours and cuBLAS ran the very same cuBLAS kernels) on the
+H200, 2026-11-29: the whole suite took 64-88 s with 10 rounds (1-5 ms lead), and the ratios of those
+identical kernels came out 0.989-1.06 (median 1.000): differences of a few percent at the large shapes are
+noise plus the best-of-3 pick. With the real kernels and 20 rounds the suite took 120 s (262 instances)
+and 136 s (299 instances) on the H200, 2026-11-29 (docs/PERF.md); `--reps`/`--iters` scale the full
+rounds linearly.
 """
 
 from __future__ import annotations
@@ -86,8 +92,8 @@ MAX_SETS = 256  # tiny shapes stay L2-resident anyway; no point allocating thous
 HOST_SHAPE = (128, 128, 64)  # one CTA: the GPU finishes a launch about as fast as the host issues one
 HOST_CHUNK = 200  # well below the driver's launch queue depth, so issuing never blocks on the GPU
 HOST_RUNS = 5
-# Roofline inputs for the timing choice only (not reported as achievable): the H200's dense peaks
-# (DESIGN fact 8: bf16 ~989, fp8 ~1979 TFLOP/s) and HBM3e bandwidth (4.8 TB/s).
+# Roofline inputs for the timing choice only (not reported as achievable): the H200's dense peaks and
+# HBM3e bandwidth from NVIDIA's H200 SXM datasheet (bf16 ~989, fp8 ~1979 TFLOP/s without sparsity; 4.8 TB/s).
 PEAK_TFLOPS = {"bf16": 989.0, "fp16": 989.0, "fp32": 989.0, "e4m3": 1979.0, "e5m2": 1979.0}
 HBM_BYTES_PER_S = 4.8e12
 # A problem whose roofline time is under this is timed by graph replay: a Python launch costs ~8 µs of host
@@ -137,12 +143,13 @@ class Combo:
         return self.a in FP8 or self.b in FP8
 
 
-ISSUE3_SHAPES = [Shape(4096, 4096, 4096), Shape(8192, 8192, 8192)] + [
+SQUARE_LLM_SHAPES = [Shape(4096, 4096, 4096), Shape(8192, 8192, 8192)] + [
     Shape(m, n, k) for m in (16, 128, 512, 2048, 8192)
     for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
 ]
-ISSUE3_COMBOS = [Combo("bf16", "bf16", "bf16"), Combo("fp16", "fp16", "fp16"), Combo("e4m3", "e4m3", "bf16")]
-SUITES = {"issue3": (ISSUE3_SHAPES, ISSUE3_COMBOS)}
+SQUARE_LLM_COMBOS = [Combo("bf16", "bf16", "bf16"), Combo("fp16", "fp16", "fp16"),
+                     Combo("e4m3", "e4m3", "bf16")]
+SUITES = {"square-llm": (SQUARE_LLM_SHAPES, SQUARE_LLM_COMBOS)}
 
 
 def _shapes(text: str) -> list[Shape]:
@@ -357,7 +364,7 @@ def roofline_us(shape: Shape, combo: Combo) -> float:
     return max(flop_s, byte_s) * 1e6
 
 
-SERIES_ORDER = ["", "promoted accum", "fast accum"]  # the issue's comparison (default _scaled_mm) first
+SERIES_ORDER = ["", "promoted accum", "fast accum"]  # _scaled_mm's default (promoted) comparison first
 
 
 def series_of(combo: Combo, fast: bool) -> str:

@@ -7,11 +7,9 @@ its majors, plus its epilogue variants: random alpha without C; with C, random a
 shape, beta = 0 with C present, and the in-place update D = C. How a check works (poisoned D, NaN padding,
 guards, torch-relative budgets, fp8 rules) is in gemm_util's docstring.
 
-Cost (budget: the whole tier under 6 minutes on an H200): with a stand-in for the 250-instance wheel (the
-same launch() validation, D computed by torch ops through the same pointers) the tier's 4837 tests ran in
-31 s on the H200 (2026-11-29; the slowest test 0.28 s, 4096^3 checks under 0.08 s each). That is why every
-instance gets every edge shape and 4096^3 rather than a subset: ~5100 tests, expected well under 2 minutes
-with the real kernels.
+Cost (budget: the whole tier under 6 minutes on an H200): with the real 299-instance wheel the whole tier
+(6196 tests) ran in 35 s on the H200 (2026-11-29, docs/PERF.md). That is why every instance gets every edge
+shape and 4096^3 rather than a subset.
 Set HGEMM_GPU_REPORT=PATH to collect one JSON line per numerics check (conftest.py).
 """
 
