@@ -144,11 +144,15 @@ class Combo:
 
 
 SQUARE_LLM_SHAPES = [Shape(4096, 4096, 4096), Shape(8192, 8192, 8192)] + [
-    Shape(m, n, k) for m in (16, 128, 512, 2048, 8192)
+    Shape(m, n, k)
+    for m in (16, 128, 512, 2048, 8192)
     for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
 ]
-SQUARE_LLM_COMBOS = [Combo("bf16", "bf16", "bf16"), Combo("fp16", "fp16", "fp16"),
-                     Combo("e4m3", "e4m3", "bf16")]
+SQUARE_LLM_COMBOS = [
+    Combo("bf16", "bf16", "bf16"),
+    Combo("fp16", "fp16", "fp16"),
+    Combo("e4m3", "e4m3", "bf16"),
+]
 SUITES = {"square-llm": (SQUARE_LLM_SHAPES, SQUARE_LLM_COMBOS)}
 
 
@@ -197,42 +201,74 @@ class BenchArgs:
 
 def parse_args(argv: list[str] | None) -> BenchArgs:
     p = argparse.ArgumentParser(prog="python -m build_tools.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=sorted(SUITES), default=None,
-                   help="run a named shape suite over its dtype combinations (--dtype restricts them)")
-    p.add_argument("--shapes", type=_shapes, default=None,
-                   help="comma-separated MxNxK[xBATCH] (default: 4096x4096x4096,8192x8192x8192, or the "
-                   "suite's)")
+    p.add_argument(
+        "--suite",
+        choices=sorted(SUITES),
+        default=None,
+        help="run a named shape suite over its dtype combinations (--dtype restricts them)",
+    )
+    p.add_argument(
+        "--shapes",
+        type=_shapes,
+        default=None,
+        help="comma-separated MxNxK[xBATCH] (default: 4096x4096x4096,8192x8192x8192, or the suite's)",
+    )
     p.add_argument("--dtype", choices=DTYPES, default=None, help="A dtype (default: bf16; with --suite: all)")
     p.add_argument("--b-dtype", choices=DTYPES, default=None, help="B dtype (default: --dtype)")
-    p.add_argument("--out-dtype", choices=DTYPES, default=None,
-                   help="D dtype (default: --dtype, or bf16 for fp8 inputs)")
-    p.add_argument("--kernels", nargs="+", metavar="GLOB",
-                   help="instance id globs (default: every K-major A/B, N-major D instance without C of the "
-                   "dtypes)")
-    p.add_argument("--reps", type=_positive, default=None,
-                   help="timed rounds per shape; the median is kept (default: 10, with --suite 20)")
+    p.add_argument(
+        "--out-dtype", choices=DTYPES, default=None, help="D dtype (default: --dtype, or bf16 for fp8 inputs)"
+    )
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        metavar="GLOB",
+        help="instance id globs (default: every K-major A/B, N-major D instance without C of the dtypes)",
+    )
+    p.add_argument(
+        "--reps",
+        type=_positive,
+        default=None,
+        help="timed rounds per shape; the median is kept (default: 10, with --suite 20)",
+    )
     p.add_argument("--iters", type=_positive, default=20, help="eager launches per timed batch")
-    p.add_argument("--graph-iters", type=_positive, default=100,
-                   help="launches per CUDA graph (graph timing)")
-    p.add_argument("--timing", choices=("auto", "eager", "graph"), default="auto",
-                   help=f"eager launches, CUDA graph replays, or auto (graph below {GRAPH_BELOW_US:g} µs of "
-                   "roofline time)")
-    p.add_argument("--top", type=_nonnegative, default=None,
-                   help="time only the N fastest candidates per series properly after a brief screen of all "
-                   "(0: time all properly; default: 3 with --suite, else 0)")
+    p.add_argument(
+        "--graph-iters", type=_positive, default=100, help="launches per CUDA graph (graph timing)"
+    )
+    p.add_argument(
+        "--timing",
+        choices=("auto", "eager", "graph"),
+        default="auto",
+        help=f"eager launches, CUDA graph replays, or auto (graph below {GRAPH_BELOW_US:g} µs of "
+        "roofline time)",
+    )
+    p.add_argument(
+        "--top",
+        type=_nonnegative,
+        default=None,
+        help="time only the N fastest candidates per series properly after a brief screen of all "
+        "(0: time all properly; default: 3 with --suite, else 0)",
+    )
     p.add_argument("--screen-reps", type=_positive, default=2, help="screening rounds (best of them ranks)")
     p.add_argument("--screen-iters", type=_positive, default=3, help="eager launches per screening batch")
-    p.add_argument("--lead-ms", type=float, default=1.0,
-                   help="GPU-side sleep queued before each timed batch, so the batch is enqueued before its "
-                   "start event fires (0: none)")
-    p.add_argument("--warmup-s", type=float, default=2.0,
-                   help="seconds of cuBLAS GEMMs before the first shape, to bring clocks to their loaded "
-                   "state")
+    p.add_argument(
+        "--lead-ms",
+        type=float,
+        default=1.0,
+        help="GPU-side sleep queued before each timed batch, so the batch is enqueued before its "
+        "start event fires (0: none)",
+    )
+    p.add_argument(
+        "--warmup-s",
+        type=float,
+        default=2.0,
+        help="seconds of cuBLAS GEMMs before the first shape, to bring clocks to their loaded state",
+    )
     p.add_argument("--host-calls", type=int, default=2000, help="calls per host-overhead run (0: skip)")
     p.add_argument("--json", type=Path, default=None, help="write every timing as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the docs/PERF.md section here")
-    p.add_argument("--plot", type=Path, default=None, help="write a PNG of ours/cuBLAS per shape here "
-                   "(needs matplotlib)")
+    p.add_argument(
+        "--plot", type=Path, default=None, help="write a PNG of ours/cuBLAS per shape here (needs matplotlib)"
+    )
     ns = p.parse_args(argv)
     if ns.suite and ns.shapes:
         p.error("--suite brings its own shapes; drop --shapes (or --suite)")
@@ -277,8 +313,9 @@ def nvidia_smi(device_uuid: str | None) -> dict:
     except (OSError, subprocess.SubprocessError):
         return {}
     values = [v.strip() for v in out.strip().splitlines()[0].split(",")] if out.strip() else []
-    return dict(zip(["driver", "sm_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c"],
-                    values))
+    return dict(
+        zip(["driver", "sm_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c"], values)
+    )
 
 
 def environment(torch, hg) -> dict:
@@ -286,11 +323,15 @@ def environment(torch, hg) -> dict:
     uuid = getattr(props, "uuid", None)
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "gpu": props.name, "sms": props.multi_processor_count,
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
         "l2_bytes": getattr(props, "L2_cache_size", None),
         "gpu_uuid": f"GPU-{uuid}" if uuid else None,
-        "python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-        "cuda_bindings": _dist_version("cuda-bindings"), "hgemm_sm90": _dist_version("hgemm-sm90"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_bindings": _dist_version("cuda-bindings"),
+        "hgemm_sm90": _dist_version("hgemm-sm90"),
         "hgemm_sm90_path": getattr(hg, "__file__", None),
     }
 
@@ -299,8 +340,13 @@ def environment(torch, hg) -> dict:
 
 
 def torch_dtype(torch, name: str):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-            "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[name]
+    return {
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp32": torch.float32,
+        "e4m3": torch.float8_e4m3fn,
+        "e5m2": torch.float8_e5m2,
+    }[name]
 
 
 def elem_size(name: str) -> int:
@@ -330,8 +376,13 @@ class Layout:
     @classmethod
     def of(cls, inst) -> Layout:
         has_c = getattr(inst, "has_c", False)
-        return cls(inst.a_major, inst.b_major, inst.d_major, inst.c_dtype if has_c else None,
-                   inst.c_major if has_c else None)
+        return cls(
+            inst.a_major,
+            inst.b_major,
+            inst.d_major,
+            inst.c_dtype if has_c else None,
+            inst.c_major if has_c else None,
+        )
 
 
 def make_set(torch, shape: Shape, layout: Layout, combo: Combo) -> tuple:
@@ -340,12 +391,16 @@ def make_set(torch, shape: Shape, layout: Layout, combo: Combo) -> tuple:
     s, L = shape, shape.batch
     a = random_tensor(torch, (L, s.m, s.k) if layout.a == "k" else (L, s.k, s.m), torch_dtype(torch, combo.a))
     b = random_tensor(torch, (L, s.n, s.k) if layout.b == "k" else (L, s.k, s.n), torch_dtype(torch, combo.b))
-    d = torch.empty((L, s.m, s.n) if layout.d == "n" else (L, s.n, s.m), dtype=torch_dtype(torch, combo.d),
-                    device=DEVICE)
+    d = torch.empty(
+        (L, s.m, s.n) if layout.d == "n" else (L, s.n, s.m), dtype=torch_dtype(torch, combo.d), device=DEVICE
+    )
     c = None
     if layout.c_dtype:
-        c = random_tensor(torch, (L, s.m, s.n) if layout.c_major == "n" else (L, s.n, s.m),
-                          torch_dtype(torch, layout.c_dtype))
+        c = random_tensor(
+            torch,
+            (L, s.m, s.n) if layout.c_major == "n" else (L, s.n, s.m),
+            torch_dtype(torch, layout.c_dtype),
+        )
     return a, b, d, c
 
 
@@ -386,16 +441,32 @@ def cublas_calls(torch, a, b, d, combo: Combo) -> list[tuple[Callable[[], object
         options.append(([(partial(torch.matmul, a, bt, out=d), "torch.matmul(out=)")], ""))
     elif d.dtype == torch.float32 and a.dtype == b.dtype and a.dtype in half:
         name = f"torch.{'mm' if mm is torch.mm else 'bmm'}(out_dtype=fp32"
-        options.append(([(partial(mm, a, bt, out_dtype=torch.float32, out=d), name + ", out=)"),
-                         (partial(mm, a, bt, out_dtype=torch.float32), name + ")")], ""))  # allocates D
+        options.append(
+            (
+                [
+                    (partial(mm, a, bt, out_dtype=torch.float32, out=d), name + ", out=)"),
+                    (partial(mm, a, bt, out_dtype=torch.float32), name + ")"),
+                ],
+                "",
+            )
+        )  # allocates D
     elif a.dim() == 2 and a.element_size() == 1:
         one = torch.ones((), device=a.device, dtype=torch.float32)
         for fast in (False, True):
             # b is N x K row-major, so bt = b.T is K x N column-major: the layout cuBLASLt's fp8 GEMM wants.
-            call = partial(torch._scaled_mm, a, bt, scale_a=one, scale_b=one, out_dtype=d.dtype, out=d,
-                           use_fast_accum=fast)
-            options.append(([(call, f"torch._scaled_mm(out=, use_fast_accum={fast})")],
-                            series_of(combo, fast)))
+            call = partial(
+                torch._scaled_mm,
+                a,
+                bt,
+                scale_a=one,
+                scale_b=one,
+                out_dtype=d.dtype,
+                out=d,
+                use_fast_accum=fast,
+            )
+            options.append(
+                ([(call, f"torch._scaled_mm(out=, use_fast_accum={fast})")], series_of(combo, fast))
+            )
     found = []
     for alternatives, series in options:
         for call, label in alternatives:
@@ -459,16 +530,18 @@ def time_batch(torch, runner: Runner, iters: int, stream, lead_cycles: int = 0) 
     return start.elapsed_time(end) / launches
 
 
-def interleaved(torch, runners: list[Runner], rounds: int, iters: int, stream, into: str,
-                lead_cycles: int = 0) -> None:
+def interleaved(
+    torch, runners: list[Runner], rounds: int, iters: int, stream, into: str, lead_cycles: int = 0
+) -> None:
     """`rounds` rounds, one batch per runner each, the order rotating so no runner always goes first."""
     for rep in range(rounds):
-        for r in runners[rep % len(runners):] + runners[:rep % len(runners)]:
+        for r in runners[rep % len(runners) :] + runners[: rep % len(runners)]:
             getattr(r, into).append(time_batch(torch, r, iters, stream, lead_cycles))
 
 
-def bench_shape(torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchArgs, stream,
-                env: dict) -> dict:
+def bench_shape(
+    torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchArgs, stream, env: dict
+) -> dict:
     layouts = {Layout()} | {Layout.of(i) for i in cands}  # cuBLAS runs on Layout()
     nbytes = set_bytes(shape, combo)
     nsets = sets_needed(max(set_bytes(shape, combo, lay) for lay in layouts), env["l2_bytes"])
@@ -484,8 +557,16 @@ def bench_shape(torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchA
         calls = []
         for a, b, d, c in sets[Layout.of(inst)]:
             extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
-            calls.append(partial(hg.launch, inst.id, (a.data_ptr(), b.data_ptr(), d.data_ptr()),
-                                 stream.cuda_stream, **size, **extra))
+            calls.append(
+                partial(
+                    hg.launch,
+                    inst.id,
+                    (a.data_ptr(), b.data_ptr(), d.data_ptr()),
+                    stream.cuda_stream,
+                    **size,
+                    **extra,
+                )
+            )
         fast = bool(getattr(inst, "fp8_fast_accum", False))
         runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls))
     for r in runners:  # warm-up: module load, first-touch, clocks, cuBLAS workspaces; errors drop the runner
@@ -528,22 +609,38 @@ def bench_shape(torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchA
     for r in runners:
         r.graph = None
     res = summarize(shape, combo, nsets, nbytes, runners, nvidia_smi(env["smi_id"]).get("sm_clock_mhz"))
-    batch = (f"CUDA graph replays of {args.graph_iters} launches" if timing == "graph"
-             else f"{args.iters} eager back-to-back launches")
-    res.update(timing=timing, timing_note=note or None, batch=batch, roofline_us=roof, screened=screened,
-               top=top or None)
+    batch = (
+        f"CUDA graph replays of {args.graph_iters} launches"
+        if timing == "graph"
+        else f"{args.iters} eager back-to-back launches"
+    )
+    res.update(
+        timing=timing,
+        timing_note=note or None,
+        batch=batch,
+        roofline_us=roof,
+        screened=screened,
+        top=top or None,
+    )
     return res
 
 
 def summarize(shape: Shape, combo: Combo, nsets: int, nbytes: int, runners: list[Runner], sm_clock) -> dict:
     rows = []
     for r in runners:
-        row = {"name": r.name, "kind": r.kind, "series": r.series, "ms": r.ms, "screen_ms": r.screen_ms,
-               "error": r.error}
+        row = {
+            "name": r.name,
+            "kind": r.kind,
+            "series": r.series,
+            "ms": r.ms,
+            "screen_ms": r.screen_ms,
+            "error": r.error,
+        }
         if r.ms:
             med = statistics.median(r.ms)
-            row.update(median_ms=med, tflops=shape.flops / (med * 1e-3) / 1e12,
-                       spread=(max(r.ms) - min(r.ms)) / med)
+            row.update(
+                median_ms=med, tflops=shape.flops / (med * 1e-3) / 1e12, spread=(max(r.ms) - min(r.ms)) / med
+            )
         elif r.screen_ms:
             row.update(screen_tflops=shape.flops / (min(r.screen_ms) * 1e-3) / 1e12)
         rows.append(row)
@@ -557,24 +654,41 @@ def summarize(shape: Shape, combo: Combo, nsets: int, nbytes: int, runners: list
         if cublas:
             cublas["vs_cublas"] = 1.0
         best = max(ours, key=lambda r: r["tflops"], default=None)
-        series.append({"series": s, "label": f"{combo}" + (f" ({s})" if s else ""),
-                       "baseline": cublas["name"] if cublas else None,
-                       "best": best["name"] if best else None,
-                       "best_tflops": best["tflops"] if best else None,
-                       "cublas_tflops": cublas["tflops"] if cublas else None,
-                       "ratio": best["tflops"] / cublas["tflops"] if best and cublas else None})
-    return {"combo": str(combo), "a_dtype": combo.a, "b_dtype": combo.b, "d_dtype": combo.d,
-            "shape": str(shape), "flops": shape.flops, "buffer_sets": nsets, "set_bytes": nbytes,
-            "sm_clock_after_mhz": sm_clock, "runners": rows, "series": series}
+        series.append(
+            {
+                "series": s,
+                "label": f"{combo}" + (f" ({s})" if s else ""),
+                "baseline": cublas["name"] if cublas else None,
+                "best": best["name"] if best else None,
+                "best_tflops": best["tflops"] if best else None,
+                "cublas_tflops": cublas["tflops"] if cublas else None,
+                "ratio": best["tflops"] / cublas["tflops"] if best and cublas else None,
+            }
+        )
+    return {
+        "combo": str(combo),
+        "a_dtype": combo.a,
+        "b_dtype": combo.b,
+        "d_dtype": combo.d,
+        "shape": str(shape),
+        "flops": shape.flops,
+        "buffer_sets": nsets,
+        "set_bytes": nbytes,
+        "sm_clock_after_mhz": sm_clock,
+        "runners": rows,
+        "series": series,
+    }
 
 
 def print_shape(res: dict, args: BenchArgs, elapsed_s: float) -> None:
     size = f"{res['set_bytes'] / 2**20:.1f} MiB" if res["set_bytes"] >= 2**20 else f"{res['set_bytes']} B"
-    screen = (f"; screened to the top {res['top']} per series" if res["screened"] else "")
-    print(f"\n[{elapsed_s:5.0f} s] {res['shape']}  {res['combo']}  ({res['buffer_sets']} buffer set(s) of "
-          f"{size}; roofline "
-          f"{res['roofline_us']:.0f} µs -> timing: {res['batch']}, median of {args.reps} rounds{screen}; SM "
-          f"clock after: {res['sm_clock_after_mhz'] or '?'} MHz)")
+    screen = f"; screened to the top {res['top']} per series" if res["screened"] else ""
+    print(
+        f"\n[{elapsed_s:5.0f} s] {res['shape']}  {res['combo']}  ({res['buffer_sets']} buffer set(s) of "
+        f"{size}; roofline "
+        f"{res['roofline_us']:.0f} µs -> timing: {res['batch']}, median of {args.reps} rounds{screen}; SM "
+        f"clock after: {res['sm_clock_after_mhz'] or '?'} MHz)"
+    )
     if res["timing_note"]:
         print(f"  note: {res['timing_note']}")
     print(f"  {'TFLOP/s':>8} {'ms':>9} {'vs cuBLAS':>9} {'spread':>7}  runner")
@@ -586,8 +700,9 @@ def print_shape(res: dict, args: BenchArgs, elapsed_s: float) -> None:
             vs = f"{r['vs_cublas']:.3f}" if "vs_cublas" in r else "n/a"
             print(f"  {r['tflops']:8.1f} {r['median_ms']:9.4f} {vs:>9} {r['spread']:7.1%}  {tag}{r['name']}")
         elif "screen_tflops" in r:
-            print(f"  {r['screen_tflops']:8.1f} {'':>9} {'screened':>9} {'':>7}  {tag}{r['name']} "
-                  "(screen only)")
+            print(
+                f"  {r['screen_tflops']:8.1f} {'':>9} {'screened':>9} {'':>7}  {tag}{r['name']} (screen only)"
+            )
 
 
 def warm_up_clocks(torch, seconds: float) -> None:
@@ -615,11 +730,12 @@ def host_overhead(torch, hg, inst, combo: Combo, args: BenchArgs, stream) -> dic
     ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr())
     extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
     calls = {
-        f"hgemm_sm90.launch, int stream handle ({inst.id})": partial(hg.launch, inst.id, ptrs,
-                                                                       stream.cuda_stream, m=m, n=n, k=k,
-                                                                       **extra),
-        f"hgemm_sm90.launch, torch.cuda.Stream ({inst.id})": partial(hg.launch, inst.id, ptrs, stream,
-                                                                       m=m, n=n, k=k, **extra),
+        f"hgemm_sm90.launch, int stream handle ({inst.id})": partial(
+            hg.launch, inst.id, ptrs, stream.cuda_stream, m=m, n=n, k=k, **extra
+        ),
+        f"hgemm_sm90.launch, torch.cuda.Stream ({inst.id})": partial(
+            hg.launch, inst.id, ptrs, stream, m=m, n=n, k=k, **extra
+        ),
     }
     ca, cb, cd, _ = make_set(torch, Shape(m, n, k), Layout(), combo)
     found = cublas_calls(torch, ca, cb, cd, combo)
@@ -640,8 +756,13 @@ def host_overhead(torch, hg, inst, combo: Combo, args: BenchArgs, stream) -> dic
                 total += time.perf_counter() - t0
             runs[name].append(total / (max(1, args.host_calls // HOST_CHUNK) * HOST_CHUNK) * 1e6)
     stream.synchronize()
-    return {"shape": "x".join(map(str, HOST_SHAPE)), "combo": str(combo), "calls_per_run": args.host_calls,
-            "us_per_call": {name: statistics.median(v) for name, v in runs.items()}, "runs_us": runs}
+    return {
+        "shape": "x".join(map(str, HOST_SHAPE)),
+        "combo": str(combo),
+        "calls_per_run": args.host_calls,
+        "us_per_call": {name: statistics.median(v) for name, v in runs.items()},
+        "runs_us": runs,
+    }
 
 
 # --- reports -------------------------------------------------------------------------------------------
@@ -651,18 +772,33 @@ def render_markdown(env: dict, args: BenchArgs, command: str, results: list[dict
     what = f"suite `{args.suite}`" if args.suite else ", ".join(sorted({r["combo"] for r in results}))
     timings = sorted({r["batch"] for r in results})
     lines = [
-        f"### {what} vs cuBLAS, {env['gpu']} ({env['date'][:10]})", "",
-        (f"`{command}`: median of {args.reps} rounds, one timed batch per runner per round ("
-         + "; ".join(timings) + ", timed with CUDA events), cuBLAS and the candidates interleaved in one "
-         "process" + (f"; candidates screened first, the fastest {results[0]['top']} per series timed in "
-                      "full" if any(r["screened"] for r in results) else "")
-         + (f"; each batch queued behind a {args.lead_ms:g} ms GPU sleep, so host issue time is not "
-            "measured" if env.get("lead_cycles") else "")
-         + "; inputs rotate over buffer sets covering 3x L2 for small shapes. Timing column: `graph` = "
-         "CUDA-graph replays (small problems, so launch gaps do not dominate), `eager` = back-to-back "
-         "launches."), "",
-        ("| A x B -> D | shape M×N×K | best instance | ours TFLOP/s | cuBLAS TFLOP/s | ours / cuBLAS "
-         "| timing |"),
+        f"### {what} vs cuBLAS, {env['gpu']} ({env['date'][:10]})",
+        "",
+        (
+            f"`{command}`: median of {args.reps} rounds, one timed batch per runner per round ("
+            + "; ".join(timings)
+            + ", timed with CUDA events), cuBLAS and the candidates interleaved in one "
+            "process"
+            + (
+                f"; candidates screened first, the fastest {results[0]['top']} per series timed in full"
+                if any(r["screened"] for r in results)
+                else ""
+            )
+            + (
+                f"; each batch queued behind a {args.lead_ms:g} ms GPU sleep, so host issue time is not "
+                "measured"
+                if env.get("lead_cycles")
+                else ""
+            )
+            + "; inputs rotate over buffer sets covering 3x L2 for small shapes. Timing column: `graph` = "
+            "CUDA-graph replays (small problems, so launch gaps do not dominate), `eager` = back-to-back "
+            "launches."
+        ),
+        "",
+        (
+            "| A x B -> D | shape M×N×K | best instance | ours TFLOP/s | cuBLAS TFLOP/s | ours / cuBLAS "
+            "| timing |"
+        ),
         "| --- | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for r in results:
@@ -673,22 +809,37 @@ def render_markdown(env: dict, args: BenchArgs, command: str, results: list[dict
             cub = f"{s['cublas_tflops']:.1f}" if s["cublas_tflops"] else "n/a"
             ratio = f"{s['ratio']:.3f}" if s["ratio"] else "n/a"
             lines.append(f"| {s['label']} | {shape} | {best} | {ours} | {cub} | {ratio} | {r['timing']} |")
-    baselines = sorted({f"{s['label']}: {s['baseline']}" for r in results for s in r["series"]
-                        if s["baseline"]})
+    baselines = sorted(
+        {f"{s['label']}: {s['baseline']}" for r in results for s in r["series"] if s["baseline"]}
+    )
     if baselines:
         lines += ["", "Baselines: " + "; ".join(baselines) + "."]
     if host:
-        lines += ["", (f"Host overhead per call (µs; {host['combo']} {host['shape']}, side stream, "
-                       f"median of {HOST_RUNS} runs of {host['calls_per_run']} calls, synchronizing every "
-                       f"{HOST_CHUNK} "
-                       "calls untimed):"), ""]
+        lines += [
+            "",
+            (
+                f"Host overhead per call (µs; {host['combo']} {host['shape']}, side stream, "
+                f"median of {HOST_RUNS} runs of {host['calls_per_run']} calls, synchronizing every "
+                f"{HOST_CHUNK} "
+                "calls untimed):"
+            ),
+            "",
+        ]
         lines += [f"- {name}: {us:.2f}" for name, us in host["us_per_call"].items()]
-    clocks = (f"SM clock {env.get('sm_clock_start_mhz') or '?'} MHz at start, "
-              f"{env.get('sm_clock_end_mhz') or '?'} at end")
-    lines += ["", (f"Environment: {env['gpu']} ({env['sms']} SMs), driver {env.get('driver', '?')}, "
-                   f"torch {env['torch']} (CUDA {env['torch_cuda']}), cuda-bindings {env['cuda_bindings']}, "
-                   f"hgemm-sm90 {env['hgemm_sm90']}, Python {env['python']}; {clocks}; power limit "
-                   f"{env.get('power_limit_w', '?')} W; wall time {env.get('wall_s', 0):.0f} s."), ""]
+    clocks = (
+        f"SM clock {env.get('sm_clock_start_mhz') or '?'} MHz at start, "
+        f"{env.get('sm_clock_end_mhz') or '?'} at end"
+    )
+    lines += [
+        "",
+        (
+            f"Environment: {env['gpu']} ({env['sms']} SMs), driver {env.get('driver', '?')}, "
+            f"torch {env['torch']} (CUDA {env['torch_cuda']}), cuda-bindings {env['cuda_bindings']}, "
+            f"hgemm-sm90 {env['hgemm_sm90']}, Python {env['python']}; {clocks}; power limit "
+            f"{env.get('power_limit_w', '?')} W; wall time {env.get('wall_s', 0):.0f} s."
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -729,9 +880,11 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(c) for c, cands in work if not cands]
     if missing:
         shipped = sorted({f"{i.a_dtype} x {i.b_dtype} -> {i.d_dtype}" for i in instances})
-        print(f"bench: no shipped instance for {', '.join(missing)} matching "
-              f"{args.kernels or 'the default set'}; shipped: {', '.join(shipped) or 'none'}",
-              file=sys.stderr)
+        print(
+            f"bench: no shipped instance for {', '.join(missing)} matching "
+            f"{args.kernels or 'the default set'}; shipped: {', '.join(shipped) or 'none'}",
+            file=sys.stderr,
+        )
         return 1
 
     t_start = time.perf_counter()
@@ -739,13 +892,16 @@ def main(argv: list[str] | None = None) -> int:
     smi = nvidia_smi(env["gpu_uuid"])
     env["smi_id"] = env["gpu_uuid"] if smi else None  # else the first GPU nvidia-smi lists
     smi = smi or nvidia_smi(None)
-    env.update({k: v for k, v in smi.items() if k != "sm_clock_mhz"},
-               sm_clock_start_mhz=smi.get("sm_clock_mhz"))
+    env.update(
+        {k: v for k, v in smi.items() if k != "sm_clock_mhz"}, sm_clock_start_mhz=smi.get("sm_clock_mhz")
+    )
     command = shlex.join(["python", "-m", "build_tools.bench", *argv])
-    print(f"{command}\n{env['date']}  {env['gpu']} ({env['sms']} SMs)  driver {env.get('driver', '?')}  "
-          f"torch {env['torch']} CUDA {env['torch_cuda']}  cuda-bindings {env['cuda_bindings']}  "
-          f"hgemm-sm90 {env['hgemm_sm90']}  SM clock {env['sm_clock_start_mhz'] or '?'} MHz  "
-          + ", ".join(f"{c}: {len(cands)} candidates" for c, cands in work))
+    print(
+        f"{command}\n{env['date']}  {env['gpu']} ({env['sms']} SMs)  driver {env.get('driver', '?')}  "
+        f"torch {env['torch']} CUDA {env['torch_cuda']}  cuda-bindings {env['cuda_bindings']}  "
+        f"hgemm-sm90 {env['hgemm_sm90']}  SM clock {env['sm_clock_start_mhz'] or '?'} MHz  "
+        + ", ".join(f"{c}: {len(cands)} candidates" for c, cands in work)
+    )
 
     stream = torch.cuda.Stream()
     results, host = [], None
@@ -765,8 +921,10 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()  # the next shape's sets may be large (up to ~1.2 GB each)
         if args.host_calls > 0:
             combo, cands = work[0]
-            best = next((s["best"] for r in results if r["combo"] == str(combo) for s in r["series"]
-                         if s["best"]), cands[0].id)
+            best = next(
+                (s["best"] for r in results if r["combo"] == str(combo) for s in r["series"] if s["best"]),
+                cands[0].id,
+            )
             host = host_overhead(torch, hg, next(i for i in cands if i.id == best), combo, args, stream)
     env["sm_clock_end_mhz"] = nvidia_smi(env["smi_id"]).get("sm_clock_mhz")
     env["wall_s"] = time.perf_counter() - t_start
@@ -785,8 +943,11 @@ def main(argv: list[str] | None = None) -> int:
             perf_plot.plot(doc, args.plot)
             print(f"plot: {args.plot}")
         except ImportError as e:
-            print(f"bench: no plot ({e}); the JSON can be plotted elsewhere with "
-                  "`python -m build_tools.perf_plot BENCH.json OUT.png`", file=sys.stderr)
+            print(
+                f"bench: no plot ({e}); the JSON can be plotted elsewhere with "
+                "`python -m build_tools.perf_plot BENCH.json OUT.png`",
+                file=sys.stderr,
+            )
     return 0 if all(s["best"] for r in results for s in r["series"]) else 1
 
 

@@ -42,16 +42,20 @@ def plot(doc: dict, path: Path) -> None:
     markers = "osD^v<>p"
     for j, (label, by_shape) in enumerate(points.items()):
         x = [i for i, s in enumerate(shapes) if s in by_shape]
-        ax.plot(x, [by_shape[shapes[i]] for i in x], marker=markers[j % len(markers)], linewidth=1.2,
-                label=label)
+        ax.plot(
+            x, [by_shape[shapes[i]] for i in x], marker=markers[j % len(markers)], linewidth=1.2, label=label
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhline(0.95, color="red", linewidth=0.8, linestyle="--", label="0.95 (floor)")
     ax.set_xticks(list(xs))
     ax.set_xticklabels([s + ("*" if s in graph else "") for s in shapes], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("ours / cuBLAS (TFLOP/s ratio)")
     env = doc.get("env", {})
-    ax.set_title(f"hgemm-sm90 vs cuBLAS, {env.get('gpu', '?')} ({str(env.get('date', ''))[:10]}); "
-                 "* = timed by CUDA-graph replay", fontsize=10)
+    ax.set_title(
+        f"hgemm-sm90 vs cuBLAS, {env.get('gpu', '?')} ({str(env.get('date', ''))[:10]}); "
+        "* = timed by CUDA-graph replay",
+        fontsize=10,
+    )
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()

@@ -28,7 +28,6 @@ from pathlib import Path
 import jinja2
 
 from codegen.matrix import Expansion, Matrix, MatrixError, load_matrix
-from runtime.spec import GemmSpec, SpecError
 from codegen.validity import (
     BARRIER_RESERVE_BYTES,
     SMEM_CAPACITY_BYTES,
@@ -41,6 +40,7 @@ from codegen.validity import (
     register_plan,
     smem_plan,
 )
+from runtime.spec import GemmSpec, SpecError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO_ROOT / "codegen" / "templates"
@@ -107,10 +107,8 @@ def render_instances_md(matrix: Matrix) -> str:
 
 def _row(s: GemmSpec) -> dict[str, str]:
     plan = smem_plan(s)
-    if s.a_dtype.is_float8:
-        accum = "fast" if s.fp8_fast_accum else "promoted"
-    else:
-        accum = "fp32"  # 16-bit inputs: always exact fp32 accumulation; the fast/promoted choice is fp8's
+    # 16-bit inputs always accumulate exactly in fp32; the fast/promoted choice is fp8's.
+    accum = ("fast" if s.fp8_fast_accum else "promoted") if s.a_dtype.is_float8 else "fp32"
     return {
         "id": s.name(),
         "a": str(s.a_dtype),
@@ -213,9 +211,7 @@ def _register_lines(spec: GemmSpec) -> list[str]:
     )
     line = f"accumulator: {plan.acc_regs} fp32 registers per consumer thread"
     if plan.k_acc_buffers:
-        line += (
-            f" + {plan.k_acc_buffers} k-tile buffer(s) (fp8 promoted accumulation) = {plan.acc_total}"
-        )
+        line += f" + {plan.k_acc_buffers} k-tile buffer(s) (fp8 promoted accumulation) = {plan.acc_total}"
     return [split, f"{line} (limit {plan.acc_budget}; codegen.validity.acc_registers)"]
 
 

@@ -69,7 +69,9 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
         info = parse_cubin(compiled.cubin)
         record = capture_contract(spec, compiled, info, Path(tmp) / "oracle")
         check_no_spills(spec, record.stats)
-        record = replace(record, stats={**record.stats, "compile_seconds": round(compiled.compile_seconds, 3)})
+        record = replace(
+            record, stats={**record.stats, "compile_seconds": round(compiled.compile_seconds, 3)}
+        )
         key = cache_key(spec.to_json(), stamp)
         return cache.store(
             key,
@@ -100,7 +102,7 @@ def _worker_job(spec_json: dict, cache_root: str, stamp: dict) -> tuple[str, str
         name = spec.name()
         entry = compile_and_capture(spec, BuildCache(Path(cache_root)), stamp)
         return name, str(entry.path), None
-    except Exception as exc:  # reported with the instance id by the parent
+    except Exception as exc:  # noqa: BLE001  (any failure is reported with the instance id by the parent)
         return name, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
@@ -179,8 +181,12 @@ def write_kernel_dir(entries: dict[str, CacheEntry], out: Path, profile: str) ->
     for stale in out.glob("*.cubin"):
         if stale.stem not in instances:
             stale.unlink()
-    manifest = Manifest(profile=profile, toolchain=toolchain_stamp(), instances=instances,
-                        path=str((out / "manifest.json").resolve()))
+    manifest = Manifest(
+        profile=profile,
+        toolchain=toolchain_stamp(),
+        instances=instances,
+        path=str((out / "manifest.json").resolve()),
+    )
     doc = json.dumps(manifest.to_json(), sort_keys=True, indent=1) + "\n"
     _write_atomic(out / "manifest.json", doc.encode())
     return manifest

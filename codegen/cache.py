@@ -72,8 +72,9 @@ class BuildCache:
         path = self.root / key[:2] / key
         return CacheEntry(path) if (path / RECORD).is_file() else None
 
-    def store(self, key: str, files: dict[str, Path | bytes], record: InstanceRecord,
-              host_function: dict) -> CacheEntry:
+    def store(
+        self, key: str, files: dict[str, Path | bytes], record: InstanceRecord, host_function: dict
+    ) -> CacheEntry:
         """Atomically create the entry `key` from `files` (name -> source path or bytes), the exported host
         entry point and `record` (written last)."""
         final = self.root / key[:2] / key

@@ -6,8 +6,8 @@ stub CUDA runtime (codegen/oracle.py) with two *probe* problems whose every quan
 leading dimensions, batch strides, int32 and float32 scalars — is distinct, and each parameter's bytes are
 explained:
 
-- 128 bytes: a TMA descriptor. Decoded (codegen/tensormap_decode.py); its address names the operand (a, b, d, or
-  c when the epilogue reads C); each descriptor dim and stride is matched by value to a named extent
+- 128 bytes: a TMA descriptor, decoded by codegen/tensormap_decode.py. Its address names the operand (a, b,
+  d or c when the epilogue reads C); each descriptor dim and stride is matched by value to a named extent
   (m, n, k, l) or stride (lda, ..., batch_stride_c). Re-encoding the recipe must reproduce the DSL's
   meaningful bytes exactly.
 - 4 bytes: an int32 scalar or extent (matched as an int32), or a float32 scalar, alpha or beta (matched
@@ -62,8 +62,24 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
     """Two problems whose named integers are pairwise distinct within each probe and differ between the
     probes (checked: a coincidence would make a parameter ambiguous), and whose floats differ likewise."""
     shapes = (
-        {"m": 1048, "n": 2056, "k": 776, "l": 3, "raster_along_m": 1, "group_size": 5, "max_active_clusters": 7},
-        {"m": 520, "n": 1032, "k": 264, "l": 2, "raster_along_m": 0, "group_size": 3, "max_active_clusters": 11},
+        {
+            "m": 1048,
+            "n": 2056,
+            "k": 776,
+            "l": 3,
+            "raster_along_m": 1,
+            "group_size": 5,
+            "max_active_clusters": 7,
+        },
+        {
+            "m": 520,
+            "n": 1032,
+            "k": 264,
+            "l": 2,
+            "raster_along_m": 0,
+            "group_size": 3,
+            "max_active_clusters": 11,
+        },
     )
     probes = []
     for p, v in enumerate(shapes):
@@ -127,8 +143,10 @@ def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offse
     dtype = spec.dtype_of(operand)
     # The descriptor holds a data format, not the dtype: fp8 operands travel as u8 (runtime/spec.py).
     if decoded[0]["format_code"] != dtype.tma_format:
-        raise ContractError(f"{where}: descriptor format {decoded[0]['format_code']} for a {dtype} operand "
-                            f"{operand} (want {dtype.tma_format})")
+        raise ContractError(
+            f"{where}: descriptor format {decoded[0]['format_code']} for a {dtype} operand "
+            f"{operand} (want {dtype.tma_format})"
+        )
     rank = decoded[0]["rank"]
     dims = [
         _unique([_match(d["dims"][i], EXTENTS, p) for d, p in zip(decoded, probes)], f"{where} dim {i}")
@@ -147,11 +165,15 @@ def _tensormap_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offse
         if len(values) != 1:
             raise ContractError(f"{where}: {key} differs between probes ({values})")
         constant[key] = decoded[0][key]
-    recipe = TensorMapRecipe(operand=operand, dtype=dtype, dims=tuple(dims), strides=tuple(strides), **constant)
+    recipe = TensorMapRecipe(
+        operand=operand, dtype=dtype, dims=tuple(dims), strides=tuple(strides), **constant
+    )
     for r, p in zip(raw, probes):
         again = encode_recipe(recipe, p.values)
         if again[: tensormap.MEANINGFUL_BYTES] != r[: tensormap.MEANINGFUL_BYTES]:
-            raise ContractError(f"{where}: re-encoding the captured recipe does not reproduce the DSL's bytes")
+            raise ContractError(
+                f"{where}: re-encoding the captured recipe does not reproduce the DSL's bytes"
+            )
     return Param("tensormap", offset, DESCRIPTOR_BYTES, operand=operand, tensormap=recipe)
 
 
@@ -163,7 +185,9 @@ def encode_recipe(recipe: TensorMapRecipe, values: dict[str, int]) -> bytes:
     return tensormap.template_from_recipe(recipe, dims, strides_bytes).with_address(values[recipe.operand])
 
 
-def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offset: int, last_operand: str | None) -> Param:
+def _word_param(
+    spec: GemmSpec, raw: list[bytes], probes, where: str, offset: int, last_operand: str | None
+) -> Param:
     """A parameter of 4-byte words: a scalar (one word, read both as int32 and as float32) or extents."""
     count = len(raw[0]) // 4
     ints = [struct.unpack(f"<{count}i", r) for r in raw]
@@ -191,7 +215,9 @@ def _word_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offset: in
     return Param("shape", offset, size, operand=operand, dims=dims)
 
 
-def capture_contract(spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo, workdir: Path) -> InstanceRecord:
+def capture_contract(
+    spec: GemmSpec, compiled: CompiledInstance, info: CubinInfo, workdir: Path
+) -> InstanceRecord:
     """The typed manifest record of one compiled instance."""
     name = spec.name()
     kernel = info.kernel

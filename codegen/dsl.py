@@ -86,10 +86,10 @@ def kernel_config(spec: GemmSpec):
 
 
 def _fake_operands(spec: GemmSpec):
-    """Symbolic tensors describing the runtime's view of A, B, D (and C), in `GemmSpec.operands` order: extents
-    are int32 (the runtime rejects larger), strides int64 with the 16-byte divisibility TMA requires (the
-    runtime checks it before launch: SymInt divisibility is a hard contract to the compiler). C is laid out
-    like D (M x N x L) with its own dtype, major and strides."""
+    """Symbolic tensors describing the runtime's view of A, B, D (and C), in `GemmSpec.operands` order:
+    extents are int32 (the runtime rejects larger), strides int64 with the 16-byte divisibility TMA requires
+    (the runtime checks it before launch: SymInt divisibility is a hard contract to the compiler). C is laid
+    out like D (M x N x L) with its own dtype, major and strides."""
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from codegen.validity import why_unsupported
 from runtime.spec import (
     FIELD_NAMES,
     REQUIRED_FIELDS,
@@ -48,7 +49,6 @@ from runtime.spec import (
     default_tile_k,
     parse_field,
 )
-from codegen.validity import why_unsupported
 
 SCHEMA_VERSION = 1
 _GLOB_CHARS = frozenset("*?[")

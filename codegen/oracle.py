@@ -2,7 +2,8 @@
 
 Why: the runtime re-implements, in pure Python, what the DSL's host code does before a launch (TMA
 descriptors, shape vectors, grid, cluster, dynamic shared memory). The DSL's host code is the reference;
-this harness runs it without a GPU (docs/ARCHITECTURE.md, "The oracle") so tests can hold the runtime to it byte for byte.
+this harness runs it without a GPU (docs/ARCHITECTURE.md, "The oracle") so tests can hold the runtime to it
+byte for byte.
 
 How: `compiled.export_to_c(dir, name, prefix)` writes `<name>.o` (the host code, with the fatbin embedded)
 and `<name>.h`. `build_oracle` links the `.o` with `oracle_stub.c` into a shared library, loads it with
@@ -444,8 +445,8 @@ def _read_fatbin(address: int) -> bytes:
 
 def fatbin_cubins(image: bytes) -> list[bytes]:
     """The ELF images inside a fatbin: each entry is {u16 kind, u16 version, u32 header size, u64 payload
-    size, ...}; the cubin starts at the first `\\x7fELF` of an entry's payload (measured with nvidia-cutlass-dsl 4.8.1, 2026-11-29) and ends
-    at the ELF's furthest table or section."""
+    size, ...}; the cubin starts at the first `\\x7fELF` of an entry's payload (measured with
+    nvidia-cutlass-dsl 4.8.1, 2026-11-29) and ends at the ELF's furthest table or section."""
     _magic, _version, header_size, body = struct.unpack_from("<IHHQ", image)
     out, pos, end = [], header_size, header_size + body
     while pos + 16 <= end:
@@ -470,7 +471,8 @@ def _elf_extent(elf: bytes) -> int:
 
 
 def cubin_from_object(obj: bytes) -> bytes:
-    """The cubin inside an export_to_c object: its embedded fatbin holds one cubin (measured with nvidia-cutlass-dsl 4.8.1, 2026-11-29).
+    """The cubin inside an export_to_c object: its embedded fatbin holds one cubin (measured with
+    nvidia-cutlass-dsl 4.8.1, 2026-11-29).
 
     For when `compiled.__cubin__` is unavailable (CUTE_DSL_KEEP is read once, when cutlass is imported;
     `__cubin__` is then None, or a path string if CUTE_DSL_DUMP_DIR does not exist)."""

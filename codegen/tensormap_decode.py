@@ -16,8 +16,14 @@ from runtime import tensormap as tm
 _SWIZZLE_NAMES = {v: k for k, v in tm._SWIZZLE.items()}
 _L2_NAMES = {v: k for k, v in tm._L2_PROMOTION.items()}
 # Every dword-2 bit the encoder may set: the constant bit, rank, format, swizzle, L2 promotion, span flag.
-_KNOWN_DWORD2 = (tm._CONST_BIT1 | 7 << tm._RANK_SHIFT | 0xF << tm._FORMAT_SHIFT | 3 << tm._SWIZZLE_SHIFT
-                 | 3 << tm._L2_SHIFT | tm._SPAN_FLAG)
+_KNOWN_DWORD2 = (
+    tm._CONST_BIT1
+    | 7 << tm._RANK_SHIFT
+    | 0xF << tm._FORMAT_SHIFT
+    | 3 << tm._SWIZZLE_SHIFT
+    | 3 << tm._L2_SHIFT
+    | tm._SPAN_FLAG
+)
 _ADDRESS_MASK = (tm._ADDRESS_LIMIT - 1) & ~0xF
 
 

@@ -251,9 +251,7 @@ class HopperGemm:
         cm, cn = self.cluster_mn
         tiles_m = (cute.size(mD, mode=[0]) + self.tile_mnk[0] - 1) // self.tile_mnk[0]
         tiles_n = (cute.size(mD, mode=[1]) + self.tile_mnk[1] - 1) // self.tile_mnk[1]
-        cluster_tiles = (
-            ((tiles_m + cm - 1) // cm) * ((tiles_n + cn - 1) // cn) * cute.size(mD, mode=[2])
-        )
+        cluster_tiles = ((tiles_m + cm - 1) // cm) * ((tiles_n + cn - 1) // cn) * cute.size(mD, mode=[2])
         num_clusters = cutlass.min(cluster_tiles, max_active_clusters)
 
         # Shared memory: the A/B ring's full/empty mbarriers, the C buffers' mbarriers (if C is read), then
@@ -378,9 +376,7 @@ class HopperGemm:
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
-        tma_copy_bytes = cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(
-            self.b_dtype, b_smem
-        )
+        tma_copy_bytes = cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem)
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -418,21 +414,14 @@ class HopperGemm:
         if cutlass.const_expr(has_c):
             sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
 
-        # Global tiles: (bM, bK, tiles_m, tiles_k, L), (bN, bK, tiles_n, tiles_k, L), (bM, bN, tiles_m, tiles_n, L)
-        gA_mkl = cute.local_tile(
-            mA_mkl, cute.slice_(self.tile_mnk, (None, 0, None)), (None, None, None)
-        )
-        gB_nkl = cute.local_tile(
-            mB_nkl, cute.slice_(self.tile_mnk, (0, None, None)), (None, None, None)
-        )
-        gD_mnl = cute.local_tile(
-            mD_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None)
-        )
+        # Global tiles: (bM, bK, tiles_m, tiles_k, L), (bN, bK, tiles_n, tiles_k, L),
+        # (bM, bN, tiles_m, tiles_n, L)
+        gA_mkl = cute.local_tile(mA_mkl, cute.slice_(self.tile_mnk, (None, 0, None)), (None, None, None))
+        gB_nkl = cute.local_tile(mB_nkl, cute.slice_(self.tile_mnk, (0, None, None)), (None, None, None))
+        gD_mnl = cute.local_tile(mD_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
         gC_mnl = None
         if cutlass.const_expr(has_c):
-            gC_mnl = cute.local_tile(
-                mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None)
-            )
+            gC_mnl = cute.local_tile(mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
 
         # TMA partitions; with multicast each CTA of a cluster row/column loads its slice of the tile.
         tAsA, tAgA = cpasync.tma_partition(
@@ -473,9 +462,7 @@ class HopperGemm:
             a_mcast_mask = a_mcast_mask if self.num_mcast_a > 1 else 0
             b_mcast_mask = b_mcast_mask if self.num_mcast_b > 1 else 0
 
-            producer_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Producer, self.ab_stages
-            )
+            producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
             linear = cluster_id
             while linear < cluster_tiles:
                 ctile_m, ctile_n, batch = cluster_tile_coord(

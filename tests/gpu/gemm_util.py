@@ -28,15 +28,20 @@ torch = pytest.importorskip("torch", reason="the GPU tier needs torch")
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 if torch.cuda.get_device_capability() != (9, 0):
-    pytest.skip(f"the sm_90a cubins need compute capability 9.0; {torch.cuda.get_device_name()} is "
-                f"{torch.cuda.get_device_capability()}", allow_module_level=True)
+    pytest.skip(
+        f"the sm_90a cubins need compute capability 9.0; {torch.cuda.get_device_name()} is "
+        f"{torch.cuda.get_device_capability()}",
+        allow_module_level=True,
+    )
 hgemm_sm90 = pytest.importorskip(
-    "hgemm_sm90", reason="hgemm_sm90 is not importable: pip install --no-deps --target DIR wheels/*.whl "
-    "and put DIR on PYTHONPATH")
+    "hgemm_sm90",
+    reason="hgemm_sm90 is not importable: pip install --no-deps --target DIR wheels/*.whl "
+    "and put DIR on PYTHONPATH",
+)
 
 DEVICE = "cuda"
 
-from hgemm_sm90.spec import DType  # noqa: E402  (the dtype vocabulary and its facts: runtime/spec.py)
+from hgemm_sm90.spec import DType
 
 TORCH_DTYPE = {d: getattr(torch, d.array_name) for d in DType}  # StrEnum keys: "bf16" finds DType.bf16
 FP8 = tuple(d for d in DType if d.is_float8)
@@ -55,8 +60,9 @@ K_FACTOR_FP8_FAST = 3.0
 ATOL_REL = 2.0**-22
 # ||out - ref|| / ||ref|| bounds. Rounding D to its dtype dominates: unit roundoff u is 2^-8 for bf16 and
 # 2^-11 for fp16, and uniformly distributed rounding gives a norm-relative error of ~0.4u (bf16 measured
-# 1.7e-3 on an H200, 2026-11-29). The bounds leave 4-8x margin over that yet sit 10x below what one dropped k-tile
-# does (sqrt(64/4096) ~ 0.12 even at K=4096). fp32 D has only accumulation error, ~sqrt(K) * 2^-24 < 1e-5.
+# 1.7e-3 on an H200, 2026-11-29). The bounds leave 4-8x margin over that yet sit 10x below what one dropped
+# k-tile does (sqrt(64/4096) ~ 0.12 even at K=4096). fp32 D has only accumulation error,
+# ~sqrt(K) * 2^-24 < 1e-5.
 # fp8 D: u = 2^-4 (e4m3), 2^-3 (e5m2).
 REL_BOUND = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4, "e4m3": 1.5e-1, "e5m2": 3e-1}
 # fp8 inputs: the accumulation itself is coarser than fp32 (see K_FACTOR_FP8_FAST); fast accumulation's
@@ -144,12 +150,22 @@ def inplace_ok(inst) -> bool:
 
 def family(inst) -> tuple:
     """What an instance computes, ignoring how it is tiled."""
-    return (inst.a_dtype, inst.b_dtype, inst.d_dtype, inst.a_major, inst.b_major, inst.d_major, inst.has_c,
-            inst.c_dtype, inst.c_major, inst.fp8_fast_accum)
+    return (
+        inst.a_dtype,
+        inst.b_dtype,
+        inst.d_dtype,
+        inst.a_major,
+        inst.b_major,
+        inst.d_major,
+        inst.has_c,
+        inst.c_dtype,
+        inst.c_major,
+        inst.fp8_fast_accum,
+    )
 
 
 def layout_name(inst) -> str:
-    """"kkn" (A, B, D majors), plus "+c<major>" when the instance reads C."""
+    """ "kkn" (A, B, D majors), plus "+c<major>" when the instance reads C."""
     return f"{inst.a_major}{inst.b_major}{inst.d_major}" + (f"+c{inst.c_major}" if inst.has_c else "")
 
 
@@ -169,8 +185,11 @@ ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}
 def contiguous_extents(inst) -> dict[str, int]:
     """{extent name: element bytes} of every extent some operand of ``inst`` stores contiguously."""
     out: dict[str, int] = {}
-    ops = [("a", inst.a_major, inst.a_dtype, ("m", "k")), ("b", inst.b_major, inst.b_dtype, ("n", "k")),
-           ("d", inst.d_major, inst.d_dtype, ("m", "n"))]
+    ops = [
+        ("a", inst.a_major, inst.a_dtype, ("m", "k")),
+        ("b", inst.b_major, inst.b_dtype, ("n", "k")),
+        ("d", inst.d_major, inst.d_dtype, ("m", "n")),
+    ]
     if inst.has_c:
         ops.append(("c", inst.c_major, inst.c_dtype, ("m", "n")))
     for _, major, dtype, (rows, cols) in ops:
@@ -240,15 +259,17 @@ def make_operand(op: str, major: str, dtype: torch.dtype, case: Case, fill: floa
     ld = round_up(cols, unit) + case.pad_ld * unit
     batch_stride = rows * ld + case.pad_batch * unit
     head = case.head * unit
-    buf = torch.full((head + case.batch * batch_stride + GUARD_UNITS * unit,), fill, dtype=dtype,
-                     device=DEVICE)
+    buf = torch.full(
+        (head + case.batch * batch_stride + GUARD_UNITS * unit,), fill, dtype=dtype, device=DEVICE
+    )
     store = buf.as_strided((case.batch, rows, cols), (batch_stride, ld, 1), head)
     t = store if major == NATURAL_MAJOR[op] else store.transpose(1, 2)
     return Operand(buf, t, rows, cols, ld, batch_stride)
 
 
-def random_values(shape, dtype: torch.dtype, gen: torch.Generator, std: float = 1.0,
-                  positive: bool = False) -> torch.Tensor:
+def random_values(
+    shape, dtype: torch.dtype, gen: torch.Generator, std: float = 1.0, positive: bool = False
+) -> torch.Tensor:
     """fp32 N(0, std^2) samples (|.| if positive) already on ``dtype``'s grid (exact in fp32)."""
     x = torch.randn(shape, generator=gen, device=DEVICE) * std
     if positive:
@@ -329,8 +350,9 @@ class Problem:
         return 0.0 if self.scales.beta is None else self.scales.beta
 
 
-def make_problem(inst, case: Case, gen: torch.Generator, scales: Scales | None = None,
-                 positive: bool = False) -> Problem:
+def make_problem(
+    inst, case: Case, gen: torch.Generator, scales: Scales | None = None, positive: bool = False
+) -> Problem:
     """Operands of ``inst`` for ``case`` (fitted to its 16-byte contiguous extents) with random A, B (and
     C), D poisoned (or holding C, in place)."""
     case = fit(case, inst)
@@ -377,8 +399,12 @@ def launch(p: Problem, stream=None, ptrs=None, instance=None, **overrides) -> No
     if case.group_size is not None:
         kw["group_size"] = case.group_size
     kw.update(overrides)
-    hgemm_sm90.launch((instance or p.inst).id, ptrs or (p.a.ptr(), p.b.ptr(), p.d.ptr()),
-                      torch.cuda.current_stream() if stream is None else stream, **kw)
+    hgemm_sm90.launch(
+        (instance or p.inst).id,
+        ptrs or (p.a.ptr(), p.b.ptr(), p.d.ptr()),
+        torch.cuda.current_stream() if stream is None else stream,
+        **kw,
+    )
 
 
 def snapshot(p: Problem) -> dict[str, torch.Tensor]:
@@ -431,16 +457,20 @@ def assert_outside_unchanged(x: Operand, before: torch.Tensor, what: str) -> Non
     changed = (bits(x.buf) != before) & ~inside
     if changed.any():
         idx = first_index(changed)[0]
-        pytest.fail(f"{int(changed.sum())} elements outside {what} changed: the first at buffer offset "
-                    f"{idx}, in {describe_offset(x, idx)}, now holds {x.buf[idx].float().item()}")
+        pytest.fail(
+            f"{int(changed.sum())} elements outside {what} changed: the first at buffer offset "
+            f"{idx}, in {describe_offset(x, idx)}, now holds {x.buf[idx].float().item()}"
+        )
 
 
 def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor, what: str, where: str = "(l, m, n)") -> None:
     diff = bits(x) != bits(y)
     if diff.any():
         idx = first_index(diff)
-        pytest.fail(f"{what}: {int(diff.sum())} elements differ; first at {where} = {idx}: "
-                    f"{x[idx].float().item()} vs {y[idx].float().item()}")
+        pytest.fail(
+            f"{what}: {int(diff.sum())} elements differ; first at {where} = {idx}: "
+            f"{x[idx].float().item()} vs {y[idx].float().item()}"
+        )
 
 
 def _pad16(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -468,8 +498,9 @@ def _scaled_mm_fp32(a: torch.Tensor, b: torch.Tensor, fast: bool) -> torch.Tenso
     out = []
     for i in range(L):
         ai, bi = _pad16(a[i], Mp, Kp), _pad16(b[i], Np, Kp)  # row-major M x K, row-major N x K
-        r = torch._scaled_mm(ai, bi.t(), scale_a=one, scale_b=one, out_dtype=torch.float32,
-                             use_fast_accum=fast)  # bi.t() is K x N column-major, as cuBLASLt wants
+        r = torch._scaled_mm(
+            ai, bi.t(), scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=fast
+        )  # bi.t() is K x N column-major, as cuBLASLt wants
         out.append(r[:M, :N])
     return torch.stack(out)
 
@@ -492,8 +523,10 @@ def torch_accumulator(a: torch.Tensor, b: torch.Tensor, fast: bool = False) -> t
     a4, b4 = _exact_e4m3(a), _exact_e4m3(b)
     if a4 is not None and b4 is not None:  # see E5M2_FLUSH: the same values, exactly, as e4m3
         try:
-            return (_scaled_mm_fp32(a4, b4, fast),
-                    f"torch._scaled_mm on the exact e4m3 re-encoding ({mode} accumulation, fp32 out)")
+            return (
+                _scaled_mm_fp32(a4, b4, fast),
+                f"torch._scaled_mm on the exact e4m3 re-encoding ({mode} accumulation, fp32 out)",
+            )
         except (RuntimeError, TypeError, ValueError, NotImplementedError):
             pass
     return _fp32_gemm(a, b), "torch.matmul(fp32 upcast, no tf32: finer than any fp8 accumulation)"
@@ -574,8 +607,11 @@ def check_gemm(p: Problem, report, reason: str = "") -> dict:
         acc_err = abs(p.alpha) * (acc_t.double() - acc).abs().max().item()
         budget = kf * acc_err + atol
         bad = (dist > 1) & ~(err <= budget + ulp_at(ref_q, table))
-        fields = {"max_ulp": int(dist.max().item()), "over_1ulp": int((dist > 1).sum()),
-                  "torch_acc_err": acc_err}
+        fields = {
+            "max_ulp": int(dist.max().item()),
+            "over_1ulp": int((dist > 1).sum()),
+            "torch_acc_err": acc_err,
+        }
         budget_ratio = None
     else:
         budget = kf * torch_err + atol
@@ -583,26 +619,58 @@ def check_gemm(p: Problem, report, reason: str = "") -> dict:
         budget_ratio = max_err / budget if budget > 0 else None
     passed = n_nan == 0 and not bool(bad.any()) and rel < rel_bound
     figures = dict(
-        kind="numerics", instance=inst.id, case=case.name, reason=reason or None, m=case.m, n=case.n,
-        k=case.k, batch=case.batch, a_dtype=inst.a_dtype, b_dtype=inst.b_dtype, c_dtype=inst.c_dtype,
-        d_dtype=inst.d_dtype, layout=layout_name(inst), schedule=inst.schedule, tile=list(inst.tile),
-        cluster=list(inst.cluster), has_c=inst.has_c, fp8_fast_accum=inst.fp8_fast_accum if is_fp8(inst)
-        else None, epilogue=p.scales.c or ("alpha" if p.scales.alpha is not None else "plain"),
-        alpha=p.alpha, beta=p.beta, max_abs_err=max_err, rel_err=rel, torch_max_abs_err=torch_err,
-        budget=budget, err_over_budget=budget_ratio, rel_bound=rel_bound, k_factor=kf, nan_count=n_nan,
-        baseline=base_name, passed=passed, **fields)
+        kind="numerics",
+        instance=inst.id,
+        case=case.name,
+        reason=reason or None,
+        m=case.m,
+        n=case.n,
+        k=case.k,
+        batch=case.batch,
+        a_dtype=inst.a_dtype,
+        b_dtype=inst.b_dtype,
+        c_dtype=inst.c_dtype,
+        d_dtype=inst.d_dtype,
+        layout=layout_name(inst),
+        schedule=inst.schedule,
+        tile=list(inst.tile),
+        cluster=list(inst.cluster),
+        has_c=inst.has_c,
+        fp8_fast_accum=inst.fp8_fast_accum if is_fp8(inst) else None,
+        epilogue=p.scales.c or ("alpha" if p.scales.alpha is not None else "plain"),
+        alpha=p.alpha,
+        beta=p.beta,
+        max_abs_err=max_err,
+        rel_err=rel,
+        torch_max_abs_err=torch_err,
+        budget=budget,
+        err_over_budget=budget_ratio,
+        rel_bound=rel_bound,
+        k_factor=kf,
+        nan_count=n_nan,
+        baseline=base_name,
+        passed=passed,
+        **fields,
+    )
     report(**figures)
     if n_nan:
-        pytest.fail(f"{n_nan} of {out.numel()} D elements are NaN (D starts NaN and A/B/C padding is NaN: "
-                    f"unwritten, or computed from outside A/B/C); first at (l, m, n) = {first_index(nan)}")
+        pytest.fail(
+            f"{n_nan} of {out.numel()} D elements are NaN (D starts NaN and A/B/C padding is NaN: "
+            f"unwritten, or computed from outside A/B/C); first at (l, m, n) = {first_index(nan)}"
+        )
     if bad.any():
         idx = first_index(bad)
-        what = (f"max ulp distance {fields['max_ulp']} from the rounded reference; torch's accumulation "
-                f"error {fields['torch_acc_err']:.3e}" if fields else
-                f"max abs err {max_err:.3e} > budget {budget:.3e} = {kf:g} x {base_name}'s {torch_err:.3e} "
-                "+ atol")
-        pytest.fail(f"{what}; {int(bad.sum())} elements over; first at (l, m, n) = {idx}: got "
-                    f"{out[idx].float().item()!r}, ref {ref[idx].item()!r}, "
-                    f"torch {base[idx].float().item()!r}")
+        what = (
+            f"max ulp distance {fields['max_ulp']} from the rounded reference; torch's accumulation "
+            f"error {fields['torch_acc_err']:.3e}"
+            if fields
+            else f"max abs err {max_err:.3e} > budget {budget:.3e} = {kf:g} x {base_name}'s {torch_err:.3e} "
+            "+ atol"
+        )
+        pytest.fail(
+            f"{what}; {int(bad.sum())} elements over; first at (l, m, n) = {idx}: got "
+            f"{out[idx].float().item()!r}, ref {ref[idx].item()!r}, "
+            f"torch {base[idx].float().item()!r}"
+        )
     assert rel < rel_bound, f"||out - ref|| / ||ref|| = {rel:.3e} >= {rel_bound:g} for {inst.d_dtype} D"
     return figures

@@ -124,8 +124,9 @@ def representatives(instances) -> list:
     want = set().union(*sec.values()) if insts else set()
     picked = []
     while need:
-        best = min(insts, key=lambda i: (-len(req[i.id] & need), -len(sec[i.id] & want),
-                                         -inst_cluster_size(i), i.id))
+        best = min(
+            insts, key=lambda i: (-len(req[i.id] & need), -len(sec[i.id] & want), -inst_cluster_size(i), i.id)
+        )
         picked.append(best)
         need -= req[best.id]
         want -= sec[best.id]
@@ -138,8 +139,12 @@ def inst_cluster_size(inst) -> int:
 
 def describe(inst) -> str:
     """One line of what the instance stands for."""
-    parts = [tile_family(inst), f"cluster {inst.cluster[0]}x{inst.cluster[1]}", input_kind(inst),
-             f"{inst.a_dtype} x {inst.b_dtype} -> {inst.d_dtype}"]
+    parts = [
+        tile_family(inst),
+        f"cluster {inst.cluster[0]}x{inst.cluster[1]}",
+        input_kind(inst),
+        f"{inst.a_dtype} x {inst.b_dtype} -> {inst.d_dtype}",
+    ]
     parts.append(f"C {inst.c_dtype} {inst.c_major}-major" if inst.has_c else "no C")
     parts.append(", ".join(odd_majors(inst)) or "k/k/n layout")
     return "; ".join(parts)
@@ -152,7 +157,8 @@ def describe(inst) -> str:
 #   racecheck:                       ========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
 ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?\b")
 RACECHECK_SUMMARY = re.compile(
-    r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
+    r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)"
+)
 UNSUPPORTED = ("Device not supported", "device is not supported", "not supported on this device")
 
 
@@ -185,7 +191,7 @@ def child_results(log: str) -> dict[str, tuple[str, str]]:
     out = {}
     for line in log.splitlines():
         if line.startswith(TAG):
-            words = line[len(TAG):].split(maxsplit=2)
+            words = line[len(TAG) :].split(maxsplit=2)
             if len(words) >= 2 and words[0] in ("ok", "fail"):
                 out[words[1]] = (words[0], words[2] if len(words) > 2 else "")
     return out
@@ -232,8 +238,10 @@ def check_on_host(g, p, before: dict, torch) -> float:
             inside = torch.zeros(buf.shape, dtype=torch.bool)
             _host(inside, p.d.t).fill_(True)
             changed &= ~inside
-        assert not bool(changed.any()), (f"{int(changed.sum())} elements of {name.upper()}'s buffer outside "
-                                         f"D changed; the first at buffer offset {int(changed.nonzero()[0])}")
+        assert not bool(changed.any()), (
+            f"{int(changed.sum())} elements of {name.upper()}'s buffer outside "
+            f"D changed; the first at buffer offset {int(changed.nonzero()[0])}"
+        )
     return rel
 
 
@@ -250,8 +258,12 @@ def run(shape: Shape, ids: list[str]) -> int:
     if (REPO / "runtime") in where.parents:
         _say("fail", "-", f"hgemm_sm90 was imported from the source tree ({where}), not an installed wheel")
         return 3
-    _say("info", "-", f"hgemm_sm90 from {where.parent}; torch {torch.__version__}; "
-         f"{torch.cuda.get_device_name()}; shape {shape}")
+    _say(
+        "info",
+        "-",
+        f"hgemm_sm90 from {where.parent}; torch {torch.__version__}; "
+        f"{torch.cuda.get_device_name()}; shape {shape}",
+    )
     by_id = {i.id: i for i in hg.instances()}
     failed = 0
     for iid in ids:
@@ -260,8 +272,9 @@ def run(shape: Shape, ids: list[str]) -> int:
             _say("fail", iid, "not shipped by this wheel")
             failed += 1
             continue
-        case = g.Case("sanitizer", shape.m, shape.n, shape.k, batch=shape.batch, pad_ld=1, pad_batch=1,
-                      head=1)
+        case = g.Case(
+            "sanitizer", shape.m, shape.n, shape.k, batch=shape.batch, pad_ld=1, pad_batch=1, head=1
+        )
         try:
             gen = torch.Generator(device=g.DEVICE).manual_seed(zlib.crc32(f"sanitizer-{iid}".encode()))
             p = g.make_problem(inst, case, gen)
@@ -282,8 +295,9 @@ def run(shape: Shape, ids: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.gpu.sanitizer_child",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.gpu.sanitizer_child", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--shape", type=Shape.parse, default=Shape(2040, 3320, 528, 2), help="MxNxK[xBATCH]")
     ap.add_argument("ids", nargs="+", help="instance ids")
     args = ap.parse_args(argv)

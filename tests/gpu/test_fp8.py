@@ -42,8 +42,9 @@ def accum_pairs(instances):
         if not fast or not slow:
             continue
         cfg = {(tuple(i.tile), tuple(i.cluster), i.schedule): i for i in fast}
-        match = next(((s, cfg[k]) for s in slow
-                      if (k := (tuple(s.tile), tuple(s.cluster), s.schedule)) in cfg), None)
+        match = next(
+            ((s, cfg[k]) for s in slow if (k := (tuple(s.tile), tuple(s.cluster), s.schedule)) in cfg), None
+        )
         pairs.append(match or (slow[0], fast[0]))
     return pairs
 
@@ -73,18 +74,31 @@ def test_promoted_accumulation_at_least_as_accurate(slow, fast, gen, report):
     for mode, f in (("promoted", False), ("fast", True)):  # the yardstick of each mode, for the report
         acc_t, name = g.torch_accumulator(p.a.t, p.b.t, f)
         torch_errs[mode] = _rel(acc_t.double(), acc) if "_scaled_mm" in name else None
-    report(kind="fp8_accumulation", slow=slow.id, fast=fast.id, m=LONG_K.m, n=LONG_K.n, k=LONG_K.k,
-           d_dtype=slow.d_dtype, slow_rel_err=slow_err, fast_rel_err=fast_err,
-           torch_promoted_acc_rel_err=torch_errs["promoted"], torch_fast_acc_rel_err=torch_errs["fast"],
-           passed=slow_err <= fast_err * SLACK)
+    report(
+        kind="fp8_accumulation",
+        slow=slow.id,
+        fast=fast.id,
+        m=LONG_K.m,
+        n=LONG_K.n,
+        k=LONG_K.k,
+        d_dtype=slow.d_dtype,
+        slow_rel_err=slow_err,
+        fast_rel_err=fast_err,
+        torch_promoted_acc_rel_err=torch_errs["promoted"],
+        torch_fast_acc_rel_err=torch_errs["fast"],
+        passed=slow_err <= fast_err * SLACK,
+    )
     assert slow_err <= fast_err * SLACK, (
         f"promoted accumulation ({slow.id}) is less accurate than fast ({fast.id}) at K={LONG_K.k}: "
-        f"rel err {slow_err:.3e} vs {fast_err:.3e} (torch's accumulators: {torch_errs})")
+        f"rel err {slow_err:.3e} vs {fast_err:.3e} (torch's accumulators: {torch_errs})"
+    )
     # Fast accumulation is coarse on this data (cuBLASLt's fp32 result: 7e-2 at K=4096, 0.13 at K=8192,
     # against 6e-4 promoted; H200, 2026-11-29), so no fixed bound: within K_FACTOR_FP8_FAST of cuBLASLt's
     # own fast accumulation, or of D's rounding where that dominates.
     if torch_errs["fast"] is not None:
         bound = max(g.K_FACTOR_FP8_FAST * torch_errs["fast"], g.REL_BOUND[slow.d_dtype])
-        assert fast_err <= bound, (f"fast accumulation ({fast.id}) rel err {fast_err:.3e} > {bound:.3e} = "
-                                   f"max({g.K_FACTOR_FP8_FAST:g} x cuBLASLt's {torch_errs['fast']:.3e}, "
-                                   f"{slow.d_dtype} rounding bound)")
+        assert fast_err <= bound, (
+            f"fast accumulation ({fast.id}) rel err {fast_err:.3e} > {bound:.3e} = "
+            f"max({g.K_FACTOR_FP8_FAST:g} x cuBLASLt's {torch_errs['fast']:.3e}, "
+            f"{slow.d_dtype} rounding bound)"
+        )

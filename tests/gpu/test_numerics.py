@@ -84,8 +84,9 @@ def test_cuda_graph_replay(inst, gen, report):
     with torch.cuda.graph(graph):  # makes its capture stream current
         g.launch(p, stream=torch.cuda.current_stream())
     torch.cuda.synchronize()
-    assert torch.isnan(p.d.t.float()).all(), \
+    assert torch.isnan(p.d.t.float()).all(), (
         "D changed during capture: the launch ran instead of being recorded"
+    )
     for _ in range(2):
         g.fill_random(p.a, gen, p.scales.in_std)  # same addresses, new values
         g.fill_random(p.b, gen, p.scales.in_std)

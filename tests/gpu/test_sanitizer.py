@@ -94,8 +94,10 @@ def find_sanitizer() -> str | None:
 
 SANITIZER = find_sanitizer()
 if SANITIZER is None:
-    pytest.skip("compute-sanitizer is not on PATH nor in $CUDA_HOME/bin or /usr/local/cuda/bin",
-                allow_module_level=True)
+    pytest.skip(
+        "compute-sanitizer is not on PATH nor in $CUDA_HOME/bin or /usr/local/cuda/bin",
+        allow_module_level=True,
+    )
 
 CHOSEN = sc.representatives(hgemm_sm90.instances())
 
@@ -103,8 +105,9 @@ CHOSEN = sc.representatives(hgemm_sm90.instances())
 @functools.cache
 def sanitizer_version() -> str:
     try:
-        out = subprocess.run([SANITIZER, "--version"], capture_output=True, text=True, timeout=60,
-                             check=False).stdout
+        out = subprocess.run(
+            [SANITIZER, "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return f"unknown ({e})"
     lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
@@ -116,9 +119,22 @@ TOOL_OPTIONS = {"memcheck": ["--padding", "4096"]}
 
 
 def command(tool: str) -> list[str]:
-    return [SANITIZER, "--tool", tool, *TOOL_OPTIONS.get(tool, []), "--report-api-errors", "no",
-            "--error-exitcode", str(SANITIZER_EXIT), sys.executable, "-m", "tests.gpu.sanitizer_child",
-            "--shape", str(SHAPES[tool]), *(i.id for i in CHOSEN)]
+    return [
+        SANITIZER,
+        "--tool",
+        tool,
+        *TOOL_OPTIONS.get(tool, []),
+        "--report-api-errors",
+        "no",
+        "--error-exitcode",
+        str(SANITIZER_EXIT),
+        sys.executable,
+        "-m",
+        "tests.gpu.sanitizer_child",
+        "--shape",
+        str(SHAPES[tool]),
+        *(i.id for i in CHOSEN),
+    ]
 
 
 def child_env() -> dict[str, str]:
@@ -148,8 +164,14 @@ class Run:
         with open(self.log_path, "w", encoding="utf-8") as log:
             log.write("$ " + " ".join(self.cmd) + "\n")
             log.flush()
-            self.proc = subprocess.Popen(self.cmd, cwd=sc.REPO, env=child_env(), stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                cwd=sc.REPO,
+                env=child_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.waiter = threading.Thread(target=self._reap, daemon=True)
         self.waiter.start()
 
@@ -178,8 +200,11 @@ def runs(request, tmp_path_factory):
     HGEMM_SANITIZER_PARALLEL=0 (then each starts when its test asks)."""
     log_dir = Path(os.environ.get("HGEMM_SANITIZER_LOG_DIR") or tmp_path_factory.mktemp("sanitizer"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    selected = {item.callspec.params.get("tool") for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec")}
+    selected = {
+        item.callspec.params.get("tool")
+        for item in request.session.items
+        if item.module is request.module and hasattr(item, "callspec")
+    }
     out = {tool: Run(tool, log_dir) for tool in TOOLS if tool in selected}
     if os.environ.get("HGEMM_SANITIZER_PARALLEL", "1") != "0":
         for r in out.values():
@@ -223,15 +248,33 @@ def test_sanitizer(tool, runs, report):
     failed = {iid: why for iid, (state, why) in results.items() if state == "fail"}
     missing = [i.id for i in CHOSEN if i.id not in results]
     errors = "?" if summary.errors is None else summary.errors
-    line = (f"compute-sanitizer {tool}: {len(CHOSEN)} instances ({SHAPES[tool]}), {errors} errors"
-            + (f", {summary.hazards} hazards, {summary.warnings} warnings" if tool == "racecheck" else "")
-            + f", {len(ok)} results correct; exit {run.rc}; {run.wall_s:.0f} s; log {run.log_path}")
+    line = (
+        f"compute-sanitizer {tool}: {len(CHOSEN)} instances ({SHAPES[tool]}), {errors} errors"
+        + (f", {summary.hazards} hazards, {summary.warnings} warnings" if tool == "racecheck" else "")
+        + f", {len(ok)} results correct; exit {run.rc}; {run.wall_s:.0f} s; log {run.log_path}"
+    )
     print("\n" + line)
-    report(kind="sanitizer", tool=tool, sanitizer=sanitizer_version(), instances=[i.id for i in CHOSEN],
-           shape=str(SHAPES[tool]), errors=summary.errors, hazards=summary.hazards, warnings=summary.warnings,
-           correct=len(ok), failed=sorted(failed), exit_status=run.rc, wall_s=run.wall_s,
-           passed=(summary.errors == 0 and summary.hazards == 0 and summary.warnings == 0 and run.rc == 0
-                   and len(ok) == len(CHOSEN)))
+    report(
+        kind="sanitizer",
+        tool=tool,
+        sanitizer=sanitizer_version(),
+        instances=[i.id for i in CHOSEN],
+        shape=str(SHAPES[tool]),
+        errors=summary.errors,
+        hazards=summary.hazards,
+        warnings=summary.warnings,
+        correct=len(ok),
+        failed=sorted(failed),
+        exit_status=run.rc,
+        wall_s=run.wall_s,
+        passed=(
+            summary.errors == 0
+            and summary.hazards == 0
+            and summary.warnings == 0
+            and run.rc == 0
+            and len(ok) == len(CHOSEN)
+        ),
+    )
     if any(s in log for s in sc.UNSUPPORTED) and summary.errors is None:
         pytest.skip(f"compute-sanitizer {tool} does not support this device here: {_excerpt(log, 5)}")
     problems = []
@@ -242,8 +285,10 @@ def test_sanitizer(tool, runs, report):
     elif summary.errors or summary.hazards or summary.warnings:
         problems.append(f"the sanitizer found problems: {'; '.join(summary.lines)}")
     if failed:
-        problems.append("wrong results or writes outside D: "
-                        + "; ".join(f"{iid}: {why}" for iid, why in sorted(failed.items())))
+        problems.append(
+            "wrong results or writes outside D: "
+            + "; ".join(f"{iid}: {why}" for iid, why in sorted(failed.items()))
+        )
     if missing:
         problems.append(f"never reported (the child stopped early?): {', '.join(missing)}")
     if run.rc == SANITIZER_EXIT:

@@ -29,6 +29,7 @@ def encode_tiled(dtype, global_address, dims, strides_bytes, box, element_stride
         global_address
     )
 
+
 # ---------------------------------------------------------------------------------------------------------
 # Encoder-only tests
 

@@ -16,8 +16,17 @@ pytestmark = pytest.mark.compiler
 
 
 def _spec(**changes) -> GemmSpec:
-    row = dict(a_dtype="bf16", b_dtype="bf16", d_dtype="bf16", a_major="k", b_major="k", d_major="n",
-               tile=[128, 128], cluster=[1, 1], schedule="cooperative")
+    row = dict(
+        a_dtype="bf16",
+        b_dtype="bf16",
+        d_dtype="bf16",
+        a_major="k",
+        b_major="k",
+        d_major="n",
+        tile=[128, 128],
+        cluster=[1, 1],
+        schedule="cooperative",
+    )
     row.update(changes)
     return GemmSpec.from_row(row)
 

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from codegen import validity
-from runtime.spec import AMajor, BMajor, DMajor, DType, GemmSpec, Schedule, SpecError
 from codegen.validity import (
     SmemPlan,
     acc_regs,
@@ -20,6 +19,7 @@ from codegen.validity import (
     smem_plan,
     why_unsupported,
 )
+from runtime.spec import AMajor, BMajor, DMajor, DType, GemmSpec, Schedule, SpecError
 
 BASE_ROW = {
     "a_dtype": "bf16",
@@ -274,7 +274,9 @@ def test_from_json_requires_every_field(field):
 
 
 def test_spec_module_is_stdlib_only():
-    code = "import sys, runtime.spec; bad = {'yaml', 'jinja2', 'typing'} & set(sys.modules); sys.exit(len(bad))"
+    code = (
+        "import sys, runtime.spec; bad = {'yaml', 'jinja2', 'typing'} & set(sys.modules); sys.exit(len(bad))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -401,7 +403,9 @@ def test_tile_m_per_schedule(sched, m, ok):
         assert "must be 64, 128, 192 for the pingpong schedule" in validity.tile_m(s)
 
 
-@pytest.mark.parametrize(("n", "ok"), [(64, True), (128, True), (160, True), (192, True), (224, False), (256, True)])
+@pytest.mark.parametrize(
+    ("n", "ok"), [(64, True), (128, True), (160, True), (192, True), (224, False), (256, True)]
+)
 def test_cooperative_192_rows_take_n_up_to_192_or_split_256(n, ok):
     reason = validity.tile_n(spec(tile=[192, n]))
     assert (reason is None) == ok
