@@ -53,15 +53,6 @@ class ParamPacker:
         """Offset of each named scalar parameter (i32 and f32), by name."""
         return dict(self._scalars)
 
-    def names(self) -> set[str]:
-        """Every problem value `pack` reads."""
-        out = set()
-        for _, _, _, operand, dims, strides, _ in self._descs:
-            out.update((operand, *dims, *strides))
-        for _, _, names in self._words:
-            out.update(names)
-        return out
-
     def pack(self, values: dict) -> bytearray:
         """The parameter buffer for a problem given as named values (m, n, k, l, a, b, d, lda, ...)."""
         buf = bytearray(self.param_bytes)

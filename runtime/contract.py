@@ -69,10 +69,18 @@ class TensorMapRecipe:
         return len(self.dims)
 
     def to_json(self) -> dict:
-        return {"operand": self.operand, "dtype": str(self.dtype), "dims": list(self.dims),
-                "strides": list(self.strides), "box": list(self.box),
-                "element_strides": list(self.element_strides), "swizzle": self.swizzle,
-                "interleave": self.interleave, "l2_promotion": self.l2_promotion, "oob_fill": self.oob_fill}
+        return {
+            "operand": self.operand,
+            "dtype": str(self.dtype),
+            "dims": list(self.dims),
+            "strides": list(self.strides),
+            "box": list(self.box),
+            "element_strides": list(self.element_strides),
+            "swizzle": self.swizzle,
+            "interleave": self.interleave,
+            "l2_promotion": self.l2_promotion,
+            "oob_fill": self.oob_fill,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +153,26 @@ class InstanceRecord:
         return tuple(p.offset for p in self.params)
 
     def to_json(self) -> dict:
-        return {"spec": self.spec.to_json(), "sha256": self.sha256, "cubin_bytes": self.cubin_bytes,
-                "symbol": self.symbol, "block": list(self.block), "cluster": list(self.cluster),
-                "smem_bytes": self.smem_bytes, "grid": self.grid_rule,
-                "params": [p.to_json() for p in self.params], "param_bytes": self.param_bytes,
-                "min_driver_version": self.min_driver_version, "pdl": self.pdl, "stats": dict(self.stats)}
+        return {
+            "spec": self.spec.to_json(),
+            "sha256": self.sha256,
+            "cubin_bytes": self.cubin_bytes,
+            "symbol": self.symbol,
+            "block": list(self.block),
+            "cluster": list(self.cluster),
+            "smem_bytes": self.smem_bytes,
+            "grid": self.grid_rule,
+            "params": [p.to_json() for p in self.params],
+            "param_bytes": self.param_bytes,
+            "min_driver_version": self.min_driver_version,
+            "pdl": self.pdl,
+            "stats": dict(self.stats),
+        }
 
     @classmethod
-    def from_json(cls, doc, where: str = "record", path: str | None = None, directory: str = "") -> InstanceRecord:
+    def from_json(
+        cls, doc, where: str = "record", path: str | None = None, directory: str = ""
+    ) -> InstanceRecord:
         """Validate a record document; ``where`` prefixes field paths in errors, ``path`` names the file."""
         return _record(_Reader(path or where), doc, where, directory)
 
@@ -178,14 +198,20 @@ class Manifest:
             if not isinstance(instance_id, str):
                 raise InvalidArgumentError(
                     f"instance id {instance_id!r} is a {type(instance_id).__name__}, not a string",
-                    "pass an instance id string such as one from hgemm_sm90.instances()")
+                    "pass an instance id string such as one from hgemm_sm90.instances()",
+                )
             raise UnknownInstanceError(instance_id, self.instances.keys())
         return rec
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "contract_version": CONTRACT_VERSION, "arch": self.arch,
-                "profile": self.profile, "toolchain": dict(self.toolchain),
-                "instances": {iid: rec.to_json() for iid, rec in sorted(self.instances.items())}}
+        return {
+            "format": FORMAT,
+            "contract_version": CONTRACT_VERSION,
+            "arch": self.arch,
+            "profile": self.profile,
+            "toolchain": dict(self.toolchain),
+            "instances": {iid: rec.to_json() for iid, rec in sorted(self.instances.items())},
+        }
 
     @classmethod
     def from_json(cls, doc, path: str) -> Manifest:
@@ -195,28 +221,39 @@ class Manifest:
             r.fail("<top level>", "must be a JSON object")
         fmt = doc.get("format")
         if fmt != FORMAT:
-            raise CorruptArtifactError(f"not an hgemm-sm90 manifest (format {fmt!r}, expected {FORMAT!r})",
-                                       path)
+            raise CorruptArtifactError(
+                f"not an hgemm-sm90 manifest (format {fmt!r}, expected {FORMAT!r})", path
+            )
         version = doc.get("contract_version")
         if version != CONTRACT_VERSION or type(version) is not int:
             raise CorruptArtifactError(
                 f"manifest contract version {version!r}, but this runtime reads version {CONTRACT_VERSION}",
-                path, fix="use the runtime and kernels of one hgemm-sm90 build: reinstall the wheel they "
-                          "came in, or rebuild the kernels with this source tree if HGEMM_KERNEL_DIR "
-                          "points at your own build")
+                path,
+                fix="use the runtime and kernels of one hgemm-sm90 build: reinstall the wheel they "
+                "came in, or rebuild the kernels with this source tree if HGEMM_KERNEL_DIR "
+                "points at your own build",
+            )
         r.known(doc, ("format", "contract_version", "arch", "profile", "toolchain", "instances"), "")
         arch = r.str_(doc, "arch", "")
         if arch != ARCH:
             r.fail("arch", f"must be {ARCH!r}, got {arch!r}")
         directory = os.path.dirname(os.path.abspath(path))
-        instances = {iid: _record(r, rec, f"instances.{iid}", directory, iid)
-                     for iid, rec in r.map_(doc, "instances", "").items()}
+        instances = {
+            iid: _record(r, rec, f"instances.{iid}", directory, iid)
+            for iid, rec in r.map_(doc, "instances", "").items()
+        }
         toolchain = r.map_(doc, "toolchain", "")
-        return cls(profile=r.str_(doc, "profile", ""), toolchain=MappingProxyType(dict(toolchain)),
-                   instances=MappingProxyType(instances), arch=arch, path=os.path.abspath(path))
+        return cls(
+            profile=r.str_(doc, "profile", ""),
+            toolchain=MappingProxyType(dict(toolchain)),
+            instances=MappingProxyType(instances),
+            arch=arch,
+            path=os.path.abspath(path),
+        )
 
 
 # ---- validation ---------------------------------------------------------------------------------------
+
 
 def _at(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
@@ -274,7 +311,9 @@ class _Reader:
     def names(self, obj, key, where, allowed, n=None) -> tuple[str, ...]:
         v = self.get(obj, key, where)
         if not isinstance(v, list) or (n is not None and len(v) != n) or any(x not in allowed for x in v):
-            self.fail(_at(where, key), f"must be a list of {n or 'some'} names from {list(allowed)}, got {v!r}")
+            self.fail(
+                _at(where, key), f"must be a list of {n or 'some'} names from {list(allowed)}, got {v!r}"
+            )
         return tuple(v)
 
     def choice(self, obj, key, where, allowed) -> str:
@@ -284,8 +323,18 @@ class _Reader:
         return v
 
 
-_RECIPE_KEYS = ("operand", "dtype", "dims", "strides", "box", "element_strides", "swizzle", "interleave",
-                "l2_promotion", "oob_fill")
+_RECIPE_KEYS = (
+    "operand",
+    "dtype",
+    "dims",
+    "strides",
+    "box",
+    "element_strides",
+    "swizzle",
+    "interleave",
+    "l2_promotion",
+    "oob_fill",
+)
 
 
 def _recipe(r: _Reader, doc, where: str, spec: GemmSpec) -> TensorMapRecipe:
@@ -295,15 +344,24 @@ def _recipe(r: _Reader, doc, where: str, spec: GemmSpec) -> TensorMapRecipe:
     operand = r.choice(doc, "operand", where, spec.operands)
     dtype = r.choice(doc, "dtype", where, tuple(DType))
     if dtype != spec.dtype_of(operand):
-        r.fail(_at(where, "dtype"), f"{dtype} disagrees with the spec's {operand} dtype {spec.dtype_of(operand)}")
+        r.fail(
+            _at(where, "dtype"), f"{dtype} disagrees with the spec's {operand} dtype {spec.dtype_of(operand)}"
+        )
     dims = r.names(doc, "dims", where, EXTENTS)
     if not 1 <= len(dims) <= 5:
         r.fail(_at(where, "dims"), f"must name 1 to 5 dims, got {len(dims)}")
     return TensorMapRecipe(
-        operand=operand, dtype=DType(dtype), dims=dims, strides=r.names(doc, "strides", where, STRIDES, len(dims) - 1),
-        box=r.ints(doc, "box", where, len(dims)), element_strides=r.ints(doc, "element_strides", where, len(dims)),
-        swizzle=r.choice(doc, "swizzle", where, SWIZZLES), interleave=r.str_(doc, "interleave", where),
-        l2_promotion=r.str_(doc, "l2_promotion", where), oob_fill=r.str_(doc, "oob_fill", where))
+        operand=operand,
+        dtype=DType(dtype),
+        dims=dims,
+        strides=r.names(doc, "strides", where, STRIDES, len(dims) - 1),
+        box=r.ints(doc, "box", where, len(dims)),
+        element_strides=r.ints(doc, "element_strides", where, len(dims)),
+        swizzle=r.choice(doc, "swizzle", where, SWIZZLES),
+        interleave=r.str_(doc, "interleave", where),
+        l2_promotion=r.str_(doc, "l2_promotion", where),
+        oob_fill=r.str_(doc, "oob_fill", where),
+    )
 
 
 def _param(r: _Reader, p, where: str, spec: GemmSpec) -> Param:
@@ -326,21 +384,39 @@ def _param(r: _Reader, p, where: str, spec: GemmSpec) -> Param:
         operand = r.choice(p, "operand", where, (*OPERAND_EXTENTS, "problem"))
         dims = r.names(p, "dims", where, EXTENTS)
         if not dims or size != 4 * len(dims) or offset % 4:
-            r.fail(where, f"a shape of {len(dims)} int32 is {4 * len(dims)} bytes at a 4-byte aligned "
-                          f"offset, got size {size} at offset {offset}")
+            r.fail(
+                where,
+                f"a shape of {len(dims)} int32 is {4 * len(dims)} bytes at a 4-byte aligned "
+                f"offset, got size {size} at offset {offset}",
+            )
         return Param(kind, offset, size, operand=operand, dims=dims)
     if kind in SCALARS:  # i32, f32: one named 4-byte scalar
         r.known(p, ("kind", "offset", "size", "name"), where)
         name = r.choice(p, "name", where, SCALARS[kind])
         if size != 4 or offset % 4:
-            r.fail(where, f"an {kind} is 4 bytes at a 4-byte aligned offset, got size {size} at offset {offset}")
+            r.fail(
+                where, f"an {kind} is 4 bytes at a 4-byte aligned offset, got size {size} at offset {offset}"
+            )
         return Param(kind, offset, size, name=name)
     r.known(p, ("kind", "offset", "size"), where)
     return Param(kind, offset, size)  # opaque
 
 
-_RECORD_KEYS = ("spec", "sha256", "cubin_bytes", "symbol", "block", "cluster", "smem_bytes", "grid", "params",
-                "param_bytes", "min_driver_version", "pdl", "stats")
+_RECORD_KEYS = (
+    "spec",
+    "sha256",
+    "cubin_bytes",
+    "symbol",
+    "block",
+    "cluster",
+    "smem_bytes",
+    "grid",
+    "params",
+    "param_bytes",
+    "min_driver_version",
+    "pdl",
+    "stats",
+)
 
 
 def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None) -> InstanceRecord:
@@ -358,7 +434,9 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
         r.fail(_at(where, "sha256"), f"must be 64 lowercase hex digits, got {sha!r}")
     cluster = r.ints(rec, "cluster", where, 3)
     if cluster != (*spec.cluster, 1):
-        r.fail(_at(where, "cluster"), f"{list(cluster)} disagrees with the spec's cluster {list(spec.cluster)}")
+        r.fail(
+            _at(where, "cluster"), f"{list(cluster)} disagrees with the spec's cluster {list(spec.cluster)}"
+        )
     param_bytes = r.int_(rec, "param_bytes", where)
     raw_params = r.get(rec, "params", where)
     if not isinstance(raw_params, list):
@@ -373,18 +451,32 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
         r.fail(_at(where, "param_bytes"), f"{param_bytes} is smaller than the parameters' extent {end}")
     described = {p.operand for p in params if p.kind == "tensormap"}
     if described != set(spec.operands):
-        r.fail(_at(where, "params"), f"describe operands {sorted(described)}, the spec has {list(spec.operands)}")
+        r.fail(
+            _at(where, "params"), f"describe operands {sorted(described)}, the spec has {list(spec.operands)}"
+        )
     scalars = {p.name for p in params if p.kind == "f32"}
     if scalars != ({"alpha", "beta"} if spec.has_c else {"alpha"}):
-        r.fail(_at(where, "params"), f"carry the scales {sorted(scalars)}; the spec's epilogue needs "
-                                     f"{'alpha and beta' if spec.has_c else 'alpha'}")
+        r.fail(
+            _at(where, "params"),
+            f"carry the scales {sorted(scalars)}; the spec's epilogue needs "
+            f"{'alpha and beta' if spec.has_c else 'alpha'}",
+        )
     stats = r.map_(rec, "stats", where)
     if any(type(v) not in (int, float) for v in stats.values()):
         r.fail(_at(where, "stats"), "must map names to numbers")
     return InstanceRecord(
-        spec=spec, sha256=sha, cubin_bytes=r.int_(rec, "cubin_bytes", where, lo=1),
-        symbol=r.str_(rec, "symbol", where), block=r.ints(rec, "block", where, 3), cluster=cluster,
-        smem_bytes=r.int_(rec, "smem_bytes", where), grid_rule=r.choice(rec, "grid", where, GRID_RULES),
-        params=params, param_bytes=param_bytes,
-        min_driver_version=r.int_(rec, "min_driver_version", where, lo=1000), pdl=r.bool_(rec, "pdl", where),
-        stats=MappingProxyType(dict(stats)), directory=directory)
+        spec=spec,
+        sha256=sha,
+        cubin_bytes=r.int_(rec, "cubin_bytes", where, lo=1),
+        symbol=r.str_(rec, "symbol", where),
+        block=r.ints(rec, "block", where, 3),
+        cluster=cluster,
+        smem_bytes=r.int_(rec, "smem_bytes", where),
+        grid_rule=r.choice(rec, "grid", where, GRID_RULES),
+        params=params,
+        param_bytes=param_bytes,
+        min_driver_version=r.int_(rec, "min_driver_version", where, lo=1000),
+        pdl=r.bool_(rec, "pdl", where),
+        stats=MappingProxyType(dict(stats)),
+        directory=directory,
+    )

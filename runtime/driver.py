@@ -1,12 +1,13 @@
-"""Lazy access to the CUDA driver API, its one result checker, and one-time ``cuInit``.
+"""The CUDA driver API's bindings: importing them, ``cuInit``, the one result checker, handles as ints.
+
+Stateless: the imported module lives on the process's ``Runtime`` (runtime/state.py), which calls
+``initialize`` once, through its one test seam (the ``import_bindings`` callable it is built with; tests
+pass one that returns the fake driver of tests/runtime/fake_driver.py). Production code has no test
+branches.
 
 Importing ``cuda.bindings.driver`` costs ~75 ms (measured 2026-11-29 on the CPU dev box, cuda-bindings
-13.5) and fails on machines without the package, so nothing here imports it until a GPU call is actually
-made; ``import hgemm_sm90`` stays cheap and works without a GPU or driver.
-
-The seam for tests is ``_import_bindings``: a test replaces it (and resets ``_cu``) to hand the runtime a
-fake driver object that implements the handful of ``cu*`` functions and enums used here. Production code
-has no test branches.
+13.5) and fails on machines without the package, so nothing imports it until a GPU call is actually made;
+``import hgemm_sm90`` stays cheap and works without a GPU or driver.
 
 Compatibility (cuda-bindings 12.x and 13.x; both were run on the H200 on 2026-11-29: 12.9.10 and 13.3.1
 with driver 580): every function used by the runtime exists under the same name in both; the
@@ -17,24 +18,18 @@ differences handled here are
   ``cuda.bindings.utils.get_cuda_native_handle``, which 12.x lacks (see ``handle``);
 - enums are ``enum.IntEnum`` in 12.x and a faster int-based enum in 13.2+; both are ints with ``.name``,
   and CUDA_SUCCESS is 0, so ``if err:`` tests for failure in both.
-Elsewhere: ``cuCtxGetDevice_v2`` is 13-only (device.py pushes the context instead), and a pointer's device
-is read through its owning context (``CU_POINTER_ATTRIBUTE_CONTEXT``): ``..._DEVICE_ORDINAL`` answered 0 for
-memory of a second GPU with cuda-bindings 13.3.1 (device.py).
+Elsewhere: ``cuCtxGetDevice_v2`` is 13-only (runtime/device.py pushes the context instead), and a
+pointer's device is read through its owning context (``CU_POINTER_ATTRIBUTE_CONTEXT``):
+``..._DEVICE_ORDINAL`` answered 0 for memory of a second GPU with cuda-bindings 13.3.1 (runtime/device.py).
 """
 
 from __future__ import annotations
 
-import threading
-
 from .errors import CudaDriverError, MissingDependencyError, NoDeviceError
 
-_cu = None  # the imported and initialized driver module; None until the first GPU call
-_version: int | None = None
-_lock = threading.Lock()
 
-
-def _import_bindings():
-    """Import the driver bindings module (the test seam)."""
+def import_bindings():
+    """Import the driver bindings module (what a ``Runtime`` uses unless a test hands it another)."""
     try:
         from cuda.bindings import driver as mod
     except ImportError:
@@ -45,40 +40,35 @@ def _import_bindings():
                 "the CUDA driver bindings are not installed (neither cuda.bindings.driver nor cuda.cuda "
                 "can be imported)",
                 "pip install cuda-bindings (or cuda-python) with the same major version as the CUDA "
-                "version your driver supports (nvidia-smi shows it); hgemm-sm90 needs 'cuda-bindings>=12.8,<14'") from e
+                "version your driver supports (nvidia-smi shows it); hgemm-sm90 needs "
+                "'cuda-bindings>=12.8,<14'",
+            ) from e
     return mod
 
 
-def cu():
-    """The initialized driver module. Imports it and calls ``cuInit(0)`` on first use (thread-safe)."""
-    mod = _cu
-    return mod if mod is not None else _initialize()
-
-
-def _initialize():
-    global _cu
-    with _lock:
-        if _cu is not None:
-            return _cu
-        mod = _import_bindings()
-        try:
-            res = mod.cuInit(0)
-        except RuntimeError as e:
-            # libcuda.so could not be loaded: 12.x raises RuntimeError("Failed to dlopen ..."), 13.x
-            # cuda.pathfinder's DynamicLibNotFoundError, a RuntimeError subclass.
+def initialize(import_fn):
+    """``import_fn()`` then ``cuInit(0)``; the initialized module, or ``NoDeviceError`` /
+    ``CudaDriverError`` saying why not. The caller caches the result (a failure is retried next time)."""
+    mod = import_fn()
+    try:
+        res = mod.cuInit(0)
+    except RuntimeError as e:
+        # libcuda.so could not be loaded: 12.x raises RuntimeError("Failed to dlopen ..."), 13.x
+        # cuda.pathfinder's DynamicLibNotFoundError, a RuntimeError subclass.
+        raise NoDeviceError(
+            f"the NVIDIA driver library (libcuda.so) could not be loaded: {e}",
+            "install the NVIDIA driver (check with nvidia-smi); in a container, run it with GPU "
+            "access (e.g. --gpus all)",
+        ) from e
+    err = res[0]
+    if err:
+        name = result_name(err, mod)
+        if name == "CUDA_ERROR_NO_DEVICE":
             raise NoDeviceError(
-                f"the NVIDIA driver library (libcuda.so) could not be loaded: {e}",
-                "install the NVIDIA driver (check with nvidia-smi); in a container, run it with GPU "
-                "access (e.g. --gpus all)") from e
-        err = res[0]
-        if err:
-            name = result_name(err, mod)
-            if name == "CUDA_ERROR_NO_DEVICE":
-                raise NoDeviceError("cuInit found no CUDA device",
-                                    "check nvidia-smi and that CUDA_VISIBLE_DEVICES is not empty")
-            raise CudaDriverError("cuInit", name, None, int(err))
-        _cu = mod
-        return mod
+                "cuInit found no CUDA device", "check nvidia-smi and that CUDA_VISIBLE_DEVICES is not empty"
+            )
+        raise CudaDriverError("cuInit", name, None, int(err))
+    return mod
 
 
 def result_name(err, mod=None) -> str:
@@ -86,7 +76,6 @@ def result_name(err, mod=None) -> str:
     name = getattr(err, "name", None)
     if isinstance(name, str):
         return name
-    mod = mod if mod is not None else _cu
     try:
         return mod.CUresult(int(err)).name
     except (AttributeError, ValueError, TypeError):
@@ -105,17 +94,9 @@ def check(result, call: str, instance: str | None = None):
     return None if n == 1 else tuple(result[1:])
 
 
-def driver_version() -> int:
-    """cuDriverGetVersion(): 1000 * major + 10 * minor of the CUDA version the driver supports."""
-    global _version
-    v = _version
-    if v is None:
-        v = _version = int(check(cu().cuDriverGetVersion(), "cuDriverGetVersion"))
-    return v
-
-
-# handle type -> function returning the handle's address as an int. Resolved once per type: 13.x's
-# get_cuda_native_handle where it knows the type, else int(), which works on 12.x handles (and fakes).
+# handle type -> function returning the handle's address as an int: a memo of a pure function of the
+# installed bindings (not process state), resolved once per type: 13.x's get_cuda_native_handle where it
+# knows the type, else int(), which works on 12.x handles (and fakes).
 _handle_getters: dict = {}
 
 

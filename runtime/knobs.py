@@ -1,8 +1,9 @@
-"""Every environment knob of the runtime, in one typed place (STYLE P11).
+"""Every environment knob of the runtime, in one typed place.
 
 Each variable name appears literally below so ``grep HGEMM_`` finds all of them. The environment is read
-once, on first use (not at import, so a malformed value fails at the first call that needs it, with a
-``KnobError`` naming the variable, instead of breaking ``import hgemm_sm90``).
+once, when the process's ``Runtime`` is first needed (runtime/state.py; not at import, so a malformed
+value fails at the first call that needs it, with a ``KnobError`` naming the variable, instead of breaking
+``import hgemm_sm90``); tests build ``Knobs`` directly.
 
 - ``HGEMM_KERNEL_DIR``: read ``manifest.json`` and the cubins from this folder instead of the package's
   ``kernels/`` folder (for a fresh build output, or kernels shipped separately).
@@ -21,7 +22,6 @@ once, on first use (not at import, so a malformed value fails at the first call 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -91,42 +91,19 @@ class Knobs:
         )
 
 
-_knobs: Knobs | None = None
-_lock = threading.Lock()
-
-
-def get() -> Knobs:
-    """The process's knobs, read from the environment on the first call."""
-    global _knobs
-    k = _knobs
-    if k is None:
-        with _lock:
-            if _knobs is None:
-                _knobs = Knobs.from_env()
-            k = _knobs
-    return k
-
-
-_logger = None
-
-
-def logger():
+def make_logger(knobs: Knobs):
     """The ``hgemm_sm90`` logger, levelled by HGEMM_LOG_LEVEL.
 
     A library normally leaves handlers to the application; but when the user explicitly asked for a
     level through the environment and the application configured nothing, we attach a stderr handler,
     or the request would be silently ignored below WARNING.
     """
-    global _logger
-    if _logger is None:
-        import logging  # lazily: not needed by import hgemm_sm90
+    import logging  # lazily: not needed by import hgemm_sm90
 
-        k = get()
-        log = logging.getLogger("hgemm_sm90")
-        log.setLevel(k.log_level.upper())
-        if k.log_level_set and not log.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("[hgemm_sm90 %(levelname)s] %(message)s"))
-            log.addHandler(handler)
-        _logger = log
-    return _logger
+    log = logging.getLogger("hgemm_sm90")
+    log.setLevel(knobs.log_level.upper())
+    if knobs.log_level_set and not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[hgemm_sm90 %(levelname)s] %(message)s"))
+        log.addHandler(handler)
+    return log

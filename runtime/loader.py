@@ -3,10 +3,10 @@
 Why ``cuModuleLoadData`` + ``cuModuleGetFunction`` per context rather than the context-independent
 ``cuLibraryLoadData`` + ``cuKernelGetFunction``: a module's lifetime is exactly its context's, which is
 what this cache is keyed by, so there is no process-global library object whose per-context copies the
-driver materializes behind our back and that nothing could ever unload; it is the path DESIGN.md fact 5
-proved on the H200; and it behaves the same on every driver >= 12.0 whether lazy loading is on or off.
-The price, reading and hashing the cubin once per context rather than once per process, is about a
-millisecond per MB, once.
+driver materializes behind our back and that nothing could ever unload; it is the path run on the H200
+(2026-11-29; tests/gpu/test_contexts.py loads into two contexts of one device); and it behaves
+the same on every driver >= 12.0 whether lazy loading is on or off. The price, reading and hashing the
+cubin once per context rather than once per process, is about a millisecond per MB, once.
 
 Everything a launch needs that is not per-call is done here, once per (context, instance): the device
 check (compute capability 9.0) and driver-version check, ``cuFuncLoad`` (so the first launch, possibly
@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from . import device, knobs
 from .driver import check
 from .errors import HgemmError
 from .launcher import build_config
-from .manifest import InstanceRecord, Manifest, read_cubin
+from .manifest import read_cubin
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~10 ms)
+if TYPE_CHECKING:
+    from .contract import InstanceRecord
 
 # Clusters of up to 8 CTAs are "portable"; larger ones (up to 16 on H100/H200) must be opted into.
 PORTABLE_CLUSTER_SIZE = 8
@@ -33,9 +36,9 @@ PORTABLE_CLUSTER_SIZE = 8
 _FUNC_LOAD_VERSION = 12040
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class LoadedKernel:
-    """A kernel instance loaded in one context: what ``launcher.launch_raw`` needs."""
+    """A kernel instance loaded in one context (immutable; what a launch entry is built from)."""
 
     record: InstanceRecord
     function: object  # CUfunction, valid in `context`
@@ -43,28 +46,19 @@ class LoadedKernel:
     context: int
     device: int
     max_active_clusters: int  # for the record's block, cluster and smem_bytes on this device
-    cu: object  # the driver module it was loaded with (the launcher calls through it)
-    # Launcher caches (immutable values, so threads may share them): launch configs per
-    # (grid, stream, flags) and kernel-parameter pointer arrays per parameter-buffer address.
-    configs: dict = field(default_factory=dict, repr=False)
-    pointer_arrays: dict = field(default_factory=dict, repr=False)
-
-
-def occupancy_config(cu, record: InstanceRecord, stream: int = 0):
-    """A ``CUlaunchConfig`` with the record's block, cluster and shared memory, for occupancy queries."""
-    return build_config(cu, record, record.cluster, stream)  # a grid of one cluster
 
 
 class KernelCache:
-    """Per (context handle, instance id) cache of ``LoadedKernel``s for one manifest.
+    """Per (context handle, instance id) cache of ``LoadedKernel``s of one ``Runtime`` (runtime/state.py:
+    its manifest, driver, device facts, knobs and logger).
 
     ``get`` is lock-free once an entry exists. On a miss, a per-key lock makes racing threads wait for a
     single load (different kernels still load in parallel). A failed load caches nothing: the next
     ``get`` retries and raises again if the cause persists.
     """
 
-    def __init__(self, manifest: Manifest):
-        self.manifest = manifest
+    def __init__(self, runtime):
+        self._rt = runtime
         self._loaded: dict[tuple[int, str], LoadedKernel] = {}
         self._lock = threading.Lock()  # guards _key_locks
         self._key_locks: dict[tuple[int, str], threading.Lock] = {}
@@ -75,7 +69,7 @@ class KernelCache:
         hit = self._loaded.get(key)
         if hit is not None:
             return hit
-        record = self.manifest.record(instance_id)  # UnknownInstanceError before taking any lock
+        record = self._rt.manifest.record(instance_id)  # UnknownInstanceError before taking any lock
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
@@ -88,36 +82,51 @@ class KernelCache:
         return hit
 
     def forget_context(self, ctx: int) -> None:
-        """Drop every kernel loaded in ``ctx`` (call after destroying it; modules die with it)."""
+        """Drop every kernel loaded in ``ctx`` (its modules die with it)."""
         for key in [k for k in self._loaded if k[0] == ctx]:
-            del self._loaded[key]
-        device.forget_context(ctx)
+            self._loaded.pop(key, None)
+
+    def contexts(self) -> set[int]:
+        """The contexts something is loaded in."""
+        return {ctx for ctx, _ in self._loaded}
 
     def __len__(self) -> int:
         return len(self._loaded)
 
     def _load(self, ctx: int, rec: InstanceRecord) -> LoadedKernel:
         t0 = time.perf_counter()
-        dev = device.context_device(ctx)
-        info = device.check_device(dev)
-        version = device.check_driver(rec.min_driver_version)
-        image = read_cubin(rec)
+        devices = self._rt.devices
+        dev = devices.context_device(ctx)
+        info = devices.check_device(dev)
+        version = devices.check_driver(rec.min_driver_version)
+        image = read_cubin(rec, self._rt.knobs.verify_sha256)
         iid = rec.id
-        with device.pushed(ctx, iid) as cu:
+        with devices.pushed(ctx, iid) as cu:
             module = check(cu.cuModuleLoadData(image), "cuModuleLoadData", iid)
             try:
-                fn = check(cu.cuModuleGetFunction(module, rec.symbol.encode()), "cuModuleGetFunction",
-                           iid)
+                fn = check(cu.cuModuleGetFunction(module, rec.symbol.encode()), "cuModuleGetFunction", iid)
                 if version >= _FUNC_LOAD_VERSION and hasattr(cu, "cuFuncLoad"):
                     check(cu.cuFuncLoad(fn), "cuFuncLoad", iid)
                 fa = cu.CUfunction_attribute
-                check(cu.cuFuncSetAttribute(fn, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            rec.smem_bytes), "cuFuncSetAttribute", iid)
+                check(
+                    cu.cuFuncSetAttribute(
+                        fn, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, rec.smem_bytes
+                    ),
+                    "cuFuncSetAttribute",
+                    iid,
+                )
                 if rec.cluster_size > PORTABLE_CLUSTER_SIZE:
-                    check(cu.cuFuncSetAttribute(fn, fa.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                                                1), "cuFuncSetAttribute", iid)
-                clusters = int(check(cu.cuOccupancyMaxActiveClusters(fn, occupancy_config(cu, rec)),
-                                     "cuOccupancyMaxActiveClusters", iid))
+                    check(
+                        cu.cuFuncSetAttribute(fn, fa.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                        "cuFuncSetAttribute",
+                        iid,
+                    )
+                one_cluster = build_config(cu, rec, rec.cluster, 0)  # occupancy of the launch shape
+                clusters = int(
+                    check(
+                        cu.cuOccupancyMaxActiveClusters(fn, one_cluster), "cuOccupancyMaxActiveClusters", iid
+                    )
+                )
             except BaseException:
                 # Best effort: the error being raised is the one to report; a failing unload here
                 # would only hide it, and the module dies with its context anyway.
@@ -127,9 +136,17 @@ class KernelCache:
             raise HgemmError(
                 f"not one cluster of {rec.cluster} CTAs x {rec.block} threads with {rec.smem_bytes} "
                 f"bytes of shared memory fits on device {dev} ({info.name}, {info.sm_count} SMs)",
-                "use the full GPU rather than a small MIG slice, or an instance with a smaller "
-                "cluster", iid)
-        knobs.logger().debug("loaded %s in context %#x (device %d): max_active_clusters=%d, %.2f ms",
-                             iid, ctx, dev, clusters, (time.perf_counter() - t0) * 1e3)
-        return LoadedKernel(record=rec, function=fn, module=module, context=ctx, device=dev,
-                            max_active_clusters=clusters, cu=cu)
+                "use the full GPU rather than a small MIG slice, or an instance with a smaller cluster",
+                iid,
+            )
+        self._rt.logger.debug(
+            "loaded %s in context %#x (device %d): max_active_clusters=%d, %.2f ms",
+            iid,
+            ctx,
+            dev,
+            clusters,
+            (time.perf_counter() - t0) * 1e3,
+        )
+        return LoadedKernel(
+            record=rec, function=fn, module=module, context=ctx, device=dev, max_active_clusters=clusters
+        )

@@ -17,11 +17,16 @@ What is checked, each failure an `InvalidArgumentError` naming the fix:
 - D shares no byte with A, B or C (CTAs would overwrite inputs other CTAs still read), except that C may
   be D itself: the same pointer with the same dtype, major, leading dimension and batch stride (an
   in-place update; each CTA reads its C tile before it writes the same D tile). This needs the pointers,
-  so it runs per launch: `footprints` does the shape arithmetic once per shape, and `check_overlaps`
-  (called only when two byte ranges intersect) decides.
+  so it runs per launch: runtime/overlap.py;
+- alpha and beta are real numbers, finite in float32.
+
+The launch path caches validated shapes (runtime/plan.py); each rule here is one predicate or one
+function that both the cached path and the first call run (runtime/api.py).
 """
 
 from __future__ import annotations
+
+import numbers
 
 from .contract import TMA_ALIGN_BYTES as TMA_ALIGN
 from .errors import InvalidArgumentError
@@ -49,11 +54,59 @@ def layouts(spec: GemmSpec) -> tuple[OperandLayout, ...]:
     return tuple(OperandLayout(spec, op) for op in spec.operands)
 
 
-def _size(name: str, v, instance: str) -> int:
+FLT_MAX = 3.4028234663852886e38  # the largest finite float32
+
+
+# ---- the argument rules. Each predicate is the rule itself; the fast path of `launch` (runtime/api.py)
+# calls it as is, and the slow path calls it first and explains a failure. ----------------------------
+
+
+def exact_ints(m, n, k, batch) -> bool:
+    """Whether the required sizes are exactly ints: the form cached shapes are keyed with. A cache hit on
+    equal values must mean the same validated arguments, but 128.0 == 128 and True == 1 hash alike while
+    `size` refuses floats and bools; so a launch takes its cached shape only for exact ints (others,
+    numpy ints too, are converted or refused by the first-call path)."""
+    return int is type(m) is type(n) is type(k) is type(batch)
+
+
+def overrides_canonical(lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size) -> bool:
+    """`exact_ints` for the optional arguments: each is None or exactly an int, and `raster_along_m` may
+    be a bool too (True and 1 mean the same walk; `group_size=True` is refused like `m=True`)."""
+    for v in (lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, group_size):
+        if v is not None and type(v) is not int:
+            return False
+    return raster_along_m is None or type(raster_along_m) is int or type(raster_along_m) is bool
+
+
+def pointers_ok(a, b, d, c=TMA_ALIGN) -> bool:
+    """Whether every pointer is an int, non-null, 16-byte aligned and inside TMA's 57-bit address range
+    (`c` defaults to a valid stand-in, for instances without C)."""
+    return (
+        int is type(a) is type(b) is type(d) is type(c)
+        and not (a | b | d | c) & (TMA_ALIGN - 1)
+        and 0 < a < MAX_ADDRESS
+        and 0 < b < MAX_ADDRESS
+        and 0 < d < MAX_ADDRESS
+        and 0 < c < MAX_ADDRESS
+    )
+
+
+def scales_ok(alpha, beta=0.0) -> bool:
+    """Whether the scales are floats that are finite in float32 (False for NaN too)."""
+    return float is type(alpha) is type(beta) and -FLT_MAX <= alpha <= FLT_MAX and -FLT_MAX <= beta <= FLT_MAX
+
+
+def _integer(name: str, v, instance: str) -> int:
     if type(v) is not int:
         if isinstance(v, bool) or not hasattr(v, "__index__"):
             raise InvalidArgumentError(f"{name}={v!r} is not an integer", f"pass {name} as an int", instance)
         v = v.__index__()
+    return v
+
+
+def size(name: str, v, instance: str) -> int:
+    """An extent, leading dimension or batch count: an int in 1 .. 2**31 - 1 (the kernel's int32)."""
+    v = _integer(name, v, instance)
     if not 1 <= v <= INT32_MAX:
         raise InvalidArgumentError(
             f"{name}={v} is outside 1..2**31-1",
@@ -63,34 +116,33 @@ def _size(name: str, v, instance: str) -> int:
     return v
 
 
-def _stride(name: str, v, instance: str) -> int:
+def stride(name: str, v, instance: str) -> int:
     """A batch stride: a positive int64 (the descriptor's 40-bit byte-stride limit is checked later)."""
-    if type(v) is not int:
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise InvalidArgumentError(f"{name}={v!r} is not an integer", f"pass {name} as an int", instance)
-        v = v.__index__()
+    v = _integer(name, v, instance)
     if not 1 <= v < 2**63:
         raise InvalidArgumentError(f"{name}={v} is not positive", f"pass a positive {name} or None", instance)
     return v
 
 
 def pointer(instance: str, name: str, ptr) -> int:
-    """One device pointer as an int: non-null, 16-byte aligned and inside TMA's 57-bit address range."""
+    """One device pointer as an int, checked by `pointers_ok`; `InvalidArgumentError` saying why not."""
     if type(ptr) is not int:
         if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
             raise InvalidArgumentError(
                 f"pointer {name}={ptr!r} is not an int", "pass device pointers as ints", instance
             )
         ptr = ptr.__index__()
-    if not 0 < ptr < MAX_ADDRESS or ptr % TMA_ALIGN:
-        raise InvalidArgumentError(
-            f"pointer {name} is null" if ptr == 0
-            else f"pointer {name}={ptr:#x} is negative" if ptr < 0
-            else f"pointer {name}={ptr:#x} is not a {TMA_ALIGN}-byte aligned device address below 2**57",
-            f"pass a {TMA_ALIGN}-byte aligned device allocation (a view starting mid-row is not)",
-            instance,
-        )
-    return ptr
+    if pointers_ok(ptr, ptr, ptr):
+        return ptr
+    raise InvalidArgumentError(
+        f"pointer {name} is null"
+        if ptr == 0
+        else f"pointer {name}={ptr:#x} is negative"
+        if ptr < 0  # '-0x10', never '0x-10'
+        else f"pointer {name}={ptr:#x} is not a {TMA_ALIGN}-byte aligned device address below 2**57",
+        f"pass a {TMA_ALIGN}-byte aligned device allocation (a view starting mid-row is not)",
+        instance,
+    )
 
 
 def pointers(instance: str, ptrs) -> tuple[int, int, int]:
@@ -104,10 +156,46 @@ def pointers(instance: str, ptrs) -> tuple[int, int, int]:
     return pointer(instance, "a", ptrs[0]), pointer(instance, "b", ptrs[1]), pointer(instance, "d", ptrs[2])
 
 
+def scale(instance: str, name: str, v) -> float:
+    """A scale as a float checked by `scales_ok`. Non-finite values are refused: an inf or NaN scale is
+    almost always an uninitialized variable, and would silently fill D with NaN."""
+    if scales_ok(v):
+        return v
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise InvalidArgumentError(
+            f"{name}={v!r} is not a real number",
+            f"pass {name} as a Python float (float(t) for a CPU tensor; reading a CUDA tensor would "
+            "synchronize, so keep scales on the host)",
+            instance,
+        )
+    v = float(v)
+    if not scales_ok(v):
+        raise InvalidArgumentError(
+            f"{name}={v!r} is not a finite float32",
+            f"pass a finite {name} with |{name}| <= 3.4e38 (the kernel scales in float32)",
+            instance,
+        )
+    return v
+
+
+def raster(instance: str, v):
+    """A raster override: None (automatic) or 0/1 (True/False)."""
+    if v is None or (type(v) in (bool, int) and v in (0, 1)):
+        return None if v is None else int(v)
+    raise InvalidArgumentError(f"raster_along_m={v!r}", "pass True, False or None (automatic)", instance)
+
+
+def group(instance: str, v):
+    """A group-size override: None (automatic) or an int in 1 .. 2**31 - 1."""
+    if v is None or (type(v) is int and 1 <= v <= INT32_MAX):
+        return v
+    raise InvalidArgumentError(f"group_size={v!r}", "pass a positive int or None (automatic)", instance)
+
+
 def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, batch_strides) -> dict:
     """Named extents and strides for `ParamPacker.pack` (+ the grid rule), validated; no pointers."""
-    values = {"m": _size("m", m, instance), "n": _size("n", n, instance), "k": _size("k", k, instance)}
-    values["l"] = _size("batch", batch, instance)
+    values = {"m": size("m", m, instance), "n": size("n", n, instance), "k": size("k", k, instance)}
+    values["l"] = size("batch", batch, instance)
     for op, ld, bs in zip(ops, lds, batch_strides):
         name = op.name
         contiguous = values[op.contiguous]
@@ -124,7 +212,7 @@ def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, 
                 instance,
             )
         ld_name = f"ld{name}"
-        ld = contiguous if ld is None else _size(ld_name, ld, instance)
+        ld = contiguous if ld is None else size(ld_name, ld, instance)
         if ld < contiguous:
             raise InvalidArgumentError(
                 f"{ld_name}={ld} is smaller than the contiguous extent {op.contiguous}={contiguous} of "
@@ -143,7 +231,7 @@ def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, 
         if bs is None:
             bs = packed
         else:
-            bs = _stride(bs_name, bs, instance)
+            bs = stride(bs_name, bs, instance)
             if (bs * op.elem) % TMA_ALIGN:
                 raise InvalidArgumentError(
                     f"{bs_name}={bs} elements is {bs * op.elem} bytes, not a multiple of {TMA_ALIGN}",
@@ -159,100 +247,3 @@ def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, 
         values[ld_name] = ld
         values[bs_name] = bs
     return values
-
-
-# ---- overlap of D with the inputs -----------------------------------------------------------------------
-
-
-class Footprint:
-    """The bytes one operand covers, relative to its pointer: `extent` bytes from it (the last element's
-    end); per batch `batch_extent` bytes every `batch_bytes` bytes (None: one batch), made of rows of
-    `width` bytes every `pitch` bytes. `periodic`: every row starts at the same offset modulo the pitch
-    (one batch, or batch strides a whole number of rows)."""
-
-    __slots__ = ("batch_bytes", "batch_extent", "batch_stride", "extent", "layout", "ld", "periodic", "pitch",
-                 "width")
-
-    def __init__(self, op: OperandLayout, values: dict):
-        ld, bs, l, e = values[f"ld{op.name}"], values[f"batch_stride_{op.name}"], values["l"], op.elem
-        rows = values[op.other]
-        self.layout, self.ld, self.batch_stride = op, ld, bs if l > 1 else None  # unused with one batch
-        self.batch_extent = e * ((rows - 1) * ld + values[op.contiguous])
-        self.batch_bytes = bs * e if l > 1 else None
-        self.extent = e * (l - 1) * bs + self.batch_extent
-        self.pitch, self.width = ld * e, values[op.contiguous] * e
-        self.periodic = l == 1 or (bs * e) % self.pitch == 0
-
-
-def footprints(ops: tuple[OperandLayout, ...], values: dict) -> dict[str, Footprint]:
-    """Each operand's `Footprint` for a problem resolved by `resolve`."""
-    return {op.name: Footprint(op, values) for op in ops}
-
-
-def same_layout(x: Footprint, y: Footprint) -> bool:
-    """Whether x and y at one pointer would be the same matrix (dtype, major, strides; one batch: any
-    batch stride)."""
-    lx, ly = x.layout, y.layout
-    return (lx.dtype, lx.major, x.ld, x.batch_stride) == (ly.dtype, ly.major, y.ld, y.batch_stride)
-
-
-def _disjoint_modulo(period: int, px: int, wx: int, py: int, wy: int) -> bool:
-    """Whether the arcs [px, px + wx) and [py, py + wy) of a circle of `period` bytes do not meet."""
-    delta = (py - px) % period
-    return wx <= delta and delta + wy <= period
-
-
-def _interleaved_disjoint(x: Footprint, px: int, y: Footprint, py: int) -> bool:
-    """True if x and y, though their byte ranges intersect, provably share no byte. Every byte of an
-    operand lies at its pointer plus (batch index * batch stride) plus an offset inside one batch, and at
-    the pointer plus (row * pitch) plus a column offset inside a row; so two operands whose batches (or
-    rows) repeat with one period are disjoint if their per-period windows are disjoint modulo it:
-    - batches side by side (one workspace holding A_0, D_0, A_1, D_1, ...): one batch stride;
-    - columns side by side (A and D in the columns of one wide row-major buffer): one pitch, periodic."""
-    periods = {f.batch_bytes for f in (x, y) if f.batch_bytes is not None}
-    if len(periods) == 1:
-        s = periods.pop()
-        if _disjoint_modulo(s, px, x.batch_extent, py, y.batch_extent):
-            return True
-    if x.pitch == y.pitch and x.periodic and y.periodic:
-        return _disjoint_modulo(x.pitch, px, x.width, py, y.width)
-    return False
-
-
-def check_overlaps(instance: str, fps: dict[str, Footprint], ptrs: dict[str, int]) -> None:
-    """Raise `InvalidArgumentError` if D shares a byte with A, B or C, unless C is exactly D (same pointer
-    and layout). Conservative: ranges that intersect and are not provably disjoint (`_interleaved_disjoint`)
-    count as overlapping."""
-    d, pd = fps["d"], ptrs["d"]
-    for name in ("a", "b", "c"):
-        if name not in fps:
-            continue
-        x, px = fps[name], ptrs[name]
-        if not (px < pd + d.extent and pd < px + x.extent):
-            continue
-        if name == "c" and px == pd:
-            if same_layout(x, d):
-                continue  # in-place update: D = alpha * acc + beta * D
-            lc, ld_ = x.layout, d.layout
-            raise InvalidArgumentError(
-                f"c and d are the same pointer 0x{pd:x} but lay out the matrix differently (C: {lc.dtype} "
-                f"{lc.major}-major, ldc={x.ld}, batch_stride_c={x.batch_stride}; D: {ld_.dtype} "
-                f"{ld_.major}-major, ldd={d.ld}, batch_stride_d={d.batch_stride})",
-                "for an in-place update (c=d) pass ldc=ldd and batch_stride_c=batch_stride_d with an "
-                "instance whose C dtype and major equal D's; otherwise give D its own memory",
-                instance,
-            )
-        if _interleaved_disjoint(d, pd, x, px):
-            continue
-        why = (
-            "C may alias D only exactly (c=d with the same layout, an in-place update)"
-            if name == "c"
-            else f"D is written while other CTAs still read {name.upper()}"
-        )
-        raise InvalidArgumentError(
-            f"output d [0x{pd:x}, 0x{pd + d.extent:x}) overlaps input {name} "
-            f"[0x{px:x}, 0x{px + x.extent:x}): {why}",
-            f"write D to memory that shares no byte with {name.upper()}"
-            + (" (copy the input first for an in-place product)" if name != "c" else ""),
-            instance,
-        )

@@ -111,7 +111,12 @@ _DTYPE_FACTS = {
 
 # The problem's extents: per batch A is M x K, B is N x K, D and C are M x N; L counts the batches.
 EXTENTS = ("m", "n", "k", "l")
-OPERAND_EXTENTS: dict[str, tuple[str, str]] = {"a": ("m", "k"), "b": ("n", "k"), "d": ("m", "n"), "c": ("m", "n")}
+OPERAND_EXTENTS: dict[str, tuple[str, str]] = {
+    "a": ("m", "k"),
+    "b": ("n", "k"),
+    "d": ("m", "n"),
+    "c": ("m", "n"),
+}
 """Each operand's (row, column) extents; its majorness names the one that is contiguous."""
 
 
@@ -124,7 +129,9 @@ def batch_stride_name(operand: str) -> str:
     return f"batch_stride_{operand}"
 
 
-STRIDES = tuple(ld_name(op) for op in OPERAND_EXTENTS) + tuple(batch_stride_name(op) for op in OPERAND_EXTENTS)
+STRIDES = tuple(ld_name(op) for op in OPERAND_EXTENTS) + tuple(
+    batch_stride_name(op) for op in OPERAND_EXTENTS
+)
 
 
 class AMajor(StrEnum):

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 from .errors import InvalidArgumentError
 
-_ACCEPTED = ("an int stream handle (0 = legacy default stream), an object implementing the CUDA stream "
-             "protocol __cuda_stream__ (cuda.core / cupy / numba / recent torch streams), a "
-             "cuda.bindings.driver.CUstream, or an object with an int .cuda_stream attribute "
-             "(torch.cuda.Stream)")
+_ACCEPTED = (
+    "an int stream handle (0 = legacy default stream), an object implementing the CUDA stream "
+    "protocol __cuda_stream__ (cuda.core / cupy / numba / recent torch streams), a "
+    "cuda.bindings.driver.CUstream, or an object with an int .cuda_stream attribute "
+    "(torch.cuda.Stream)"
+)
 _MAX_HANDLE = (1 << 64) - 1
 
 
 def _bad(stream, why: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"cannot use {type(stream).__name__} {stream!r} as a CUDA stream: {why}",
-                                f"pass {_ACCEPTED}")
+    return InvalidArgumentError(
+        f"cannot use {type(stream).__name__} {stream!r} as a CUDA stream: {why}", f"pass {_ACCEPTED}"
+    )
 
 
 def _as_handle(stream, value, source: str) -> int:

@@ -3,7 +3,8 @@
 Why: a kernel compiled by the DSL takes its TMA descriptors as 128-byte kernel parameters, and the DSL's
 own host code builds them inline (it never calls cuTensorMapEncodeTiled). Reproducing that encoding here
 lets the runtime build launch arguments with no driver round trip (a driver encode cost 1.4-3.5 us per
-call from Python on the H200 host, 2026-11-29), and lets CPU tests hold the runtime to the DSL's bytes (the oracle).
+call from Python on the H200 host, 2026-11-29), and lets CPU tests hold the runtime to the DSL's bytes
+(the oracle).
 
 The bit layout was read off the DSL's host LLVM IR and confirmed byte for byte against the oracle
 (tests/oracle/test_tensormap.py); docs/TENSORMAP.md has the table and how each field was established.
@@ -60,7 +61,6 @@ class TensorMapTemplate:
     def with_address(self, global_address: int) -> bytes:
         _check_address(global_address)
         return struct.pack("<Q", global_address) + self.image[8:]
-
 
 
 def patch_address(buf: bytearray, offset: int, global_address: int) -> None:
@@ -158,8 +158,17 @@ def make_template(
 def template_from_recipe(recipe: TensorMapRecipe, dims, strides_bytes) -> TensorMapTemplate:
     """The template of a manifest tensormap recipe (runtime/contract.py) for concrete extents and byte
     strides."""
-    return make_template(recipe.dtype, dims, strides_bytes, recipe.box, recipe.element_strides,
-                         recipe.swizzle, recipe.interleave, recipe.l2_promotion, recipe.oob_fill)
+    return make_template(
+        recipe.dtype,
+        dims,
+        strides_bytes,
+        recipe.box,
+        recipe.element_strides,
+        recipe.swizzle,
+        recipe.interleave,
+        recipe.l2_promotion,
+        recipe.oob_fill,
+    )
 
 
 def _span_bytes(dims, strides_bytes, elem_bytes: int) -> int:

@@ -1,6 +1,6 @@
 """End to end on the CPU: build the wheel (the `ci` profile), install it in a clean venv, import it.
 
-What the wheel must be (DESIGN.md "Hard rules"): cubins + Python + JSON only (no host binaries), one
+What the wheel must be: cubins + Python + JSON only (no host binaries), one
 `py3-none-any` wheel, a single top-level import package `hgemm_sm90`, installable and importable on a
 machine with no GPU, no DSL and no compiler. The launch path must then fail with a typed error that names
 the fix, not with an ImportError from deep inside.
@@ -32,7 +32,17 @@ def wheel(tmp_path_factory) -> Path:
     env = {**os.environ, "HGEMM_PROFILE": "ci", "HGEMM_BUILD_CACHE": str(build_cache_dir())}
     # --no-build-isolation: this environment already has the build requirements (requirements-test.txt),
     # and the shared build cache makes the compile a cache hit after the oracle tests.
-    cmd = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-w", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        str(REPO),
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(out),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     (whl,) = out.glob("hgemm_sm90-*.whl")
@@ -49,7 +59,7 @@ def test_wheel_holds_only_cubins_python_and_json(wheel):
     cubins = [n for n in payload if n.endswith(".cubin")]
     manifest = json.loads(zipfile.ZipFile(wheel).read("hgemm_sm90/kernels/manifest.json"))
     assert manifest["profile"] == "ci"
-    assert sorted(f"hgemm_sm90/kernels/{r['cubin']}" for r in manifest["instances"].values()) == sorted(cubins)
+    assert sorted(f"hgemm_sm90/kernels/{iid}.cubin" for iid in manifest["instances"]) == sorted(cubins)
     for n in cubins:  # sm_90a ELF images, nothing else
         assert zipfile.ZipFile(wheel).read(n)[:4] == b"\x7fELF"
 
@@ -61,7 +71,9 @@ def clean_venv(wheel, tmp_path_factory) -> Path:
     venv.EnvBuilder(with_pip=True).create(root)
     py = root / "bin" / "python"
     done = subprocess.run(
-        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True
+        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     return py
@@ -114,9 +126,24 @@ def test_unknown_instance_suggests_close_ids(clean_venv):
         "import hgemm_sm90 as h\n"
         "iid = next(i.id for i in h.instances() if not i.has_c)\n"
         "try:\n"
-        "    h.launch(iid.replace('c1x', 'c9x').replace('c2x', 'c9x'), (1 << 40, 2 << 40, 3 << 40), 0, m=1, n=1, k=16)\n"
+        "    bad = iid.replace('c1x', 'c9x').replace('c2x', 'c9x')\n"
+        "    h.launch(bad, (1 << 40, 2 << 40, 3 << 40), 0, m=1, n=1, k=16)\n"
         "except h.UnknownInstanceError as e:\n"
         "    print(e.suggestions[0] == iid)\n",
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"
+
+
+def test_bad_ids_are_refused_before_the_driver_is_needed(clean_venv):
+    done = _run(
+        clean_venv,
+        "import hgemm_sm90 as h\n"
+        "for bad in (12345, None, ['x']):\n"
+        "    try:\n"
+        "        h.launch(bad, (1 << 40, 2 << 40, 3 << 40), 0, m=128, n=128, k=128)\n"
+        "    except h.InvalidArgumentError as e:\n"
+        "        print('not a string' in str(e))\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"] * 3

@@ -52,9 +52,14 @@ def _environment() -> dict:
         pkg = version("hgemm-sm90")
     except PackageNotFoundError:  # e.g. HGEMM_KERNEL_DIR or a source tree on the path: informational only
         pkg = "unknown"
-    return {"kind": "environment", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "hgemm_sm90": pkg}
+    return {
+        "kind": "environment",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hgemm_sm90": pkg,
+    }
 
 
 _ROWS: list[dict] = []  # every reported row of this session, for the terminal summary
@@ -93,8 +98,9 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("hgemm numerics summary")
     n_inst = len({r["instance"] for r in rows})
-    tr.write_line(f"{len(rows)} numerics checks on {n_inst} instances, {sum(not r['passed'] for r in rows)} "
-                  "over budget")
+    tr.write_line(
+        f"{len(rows)} numerics checks on {n_inst} instances, {sum(not r['passed'] for r in rows)} over budget"
+    )
     groups: dict[str, list[dict]] = {}
     for r in rows:
         fp8_in = r["a_dtype"] in ("e4m3", "e5m2") or r["b_dtype"] in ("e4m3", "e5m2")
@@ -103,19 +109,28 @@ def pytest_terminal_summary(terminalreporter):
     for name in sorted(groups):
         g = groups[name]
         rel, ratio, ulp = _worst(g, "rel_err"), _worst(g, "err_over_budget"), _worst(g, "max_ulp")
-        line = f"  {name:<24} {len(g):5d} checks; worst rel err {rel['rel_err']:.2e} ({rel['instance']} " \
-               f"{rel['case']})" if rel else f"  {name:<24} {len(g):5d} checks"
+        line = (
+            f"  {name:<24} {len(g):5d} checks; worst rel err {rel['rel_err']:.2e} ({rel['instance']} "
+            f"{rel['case']})"
+            if rel
+            else f"  {name:<24} {len(g):5d} checks"
+        )
         if ratio:
-            line += (f"; worst max-abs err / budget {ratio['err_over_budget']:.2f} ({ratio['instance']} "
-                     f"{ratio['case']})")
+            line += (
+                f"; worst max-abs err / budget {ratio['err_over_budget']:.2f} ({ratio['instance']} "
+                f"{ratio['case']})"
+            )
         if ulp:
             line += f"; worst ulp distance {ulp['max_ulp']} ({ulp['instance']} {ulp['case']})"
         tr.write_line(line)
+
     def e(v) -> str:
         return "n/a" if v is None else f"{v:.2e}"
 
     for r in acc:
-        tr.write_line(f"  fp8 accumulation K={r['k']} -> {r['d_dtype']}: rel err promoted "
-                      f"{e(r['slow_rel_err'])} vs fast {e(r['fast_rel_err'])} (cuBLASLt's fp32 accumulators: "
-                      f"{e(r.get('torch_promoted_acc_rel_err'))}, {e(r.get('torch_fast_acc_rel_err'))}) "
-                      f"{r['slow']}")
+        tr.write_line(
+            f"  fp8 accumulation K={r['k']} -> {r['d_dtype']}: rel err promoted "
+            f"{e(r['slow_rel_err'])} vs fast {e(r['fast_rel_err'])} (cuBLASLt's fp32 accumulators: "
+            f"{e(r.get('torch_promoted_acc_rel_err'))}, {e(r.get('torch_fast_acc_rel_err'))}) "
+            f"{r['slow']}"
+        )

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hgemm_sm90
 import torch
 
+import hgemm_sm90
 from tests.gpu.gemm_util import EDGE_CASES, REL_BOUND, make_problem, reference
 from tests.gpu.gemm_util import launch as launch_problem
 
@@ -46,6 +46,7 @@ def check(results: dict) -> list:
     """The (key, result) pairs that failed: NaN, wrong device, or error over the dtype's bound."""
     insts = {i.id: i for i in ci_instances()}
     return [
-        (key, r) for key, r in sorted(results.items())
+        (key, r)
+        for key, r in sorted(results.items())
         if r[1] or r[2] != key[0] or r[0] >= REL_BOUND[insts[key[1]].d_dtype]
     ]

@@ -18,8 +18,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
     pytest.skip("needs an sm_90 GPU (H100/H200)", allow_module_level=True)
 hgemm_sm90 = pytest.importorskip("hgemm_sm90")
 
-from hgemm_sm90 import api, device, driver  # noqa: E402
-from hgemm_sm90.loader import KernelCache  # noqa: E402
+from hgemm_sm90 import driver, state
 
 pytestmark = pytest.mark.gpu
 
@@ -53,7 +52,8 @@ def _create_context(cu, dev: int):
 def test_a_second_context_on_the_same_device_loads_and_runs_its_own_module():
     import numpy as np
 
-    cu = driver.cu()
+    rt = state.runtime()
+    cu = rt.cu
     torch.cuda.synchronize()
     iid = _plain_bf16()
     m, n, k = 256, 384, 320
@@ -67,8 +67,10 @@ def test_a_second_context_on_the_same_device_loads_and_runs_its_own_module():
     # Primary context (torch): the reference result there too.
     at, bt = a16.cuda(), b16.cuda()
     dt = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    hgemm_sm90.launch(iid, (at.data_ptr(), bt.data_ptr(), dt.data_ptr()), torch.cuda.current_stream(), m=m, n=n, k=k)
-    loads_before = len(api._kernel_cache())
+    hgemm_sm90.launch(
+        iid, (at.data_ptr(), bt.data_ptr(), dt.data_ptr()), torch.cuda.current_stream(), m=m, n=n, k=k
+    )
+    loads_before = len(rt.kernels)
 
     ctx = _create_context(cu, torch.cuda.current_device())
     try:
@@ -85,13 +87,13 @@ def test_a_second_context_on_the_same_device_loads_and_runs_its_own_module():
         host = np.empty(m * n, dtype=np.int16)
         _check(cu.cuMemcpyDtoH(host.ctypes.data, ptr["d"], nbytes["d"]), "cuMemcpyDtoH")
         out = torch.from_numpy(host).view(torch.bfloat16).reshape(m, n).double()
-        assert len(api._kernel_cache()) == loads_before + 1  # one more module: this context's
+        assert len(rt.kernels) == loads_before + 1  # one more module: this context's
         for p in ptr.values():
             _check(cu.cuMemFree(p), "cuMemFree")
         _check(cu.cuStreamDestroy(stream), "cuStreamDestroy")
     finally:
         _check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
-        api._kernel_cache().forget_context(driver.handle(ctx))
+        rt.forget_context(driver.handle(ctx))  # its modules, launch entries and stream facts
         _check(cu.cuCtxDestroy(ctx), "cuCtxDestroy")
 
     assert not torch.isnan(out).any()
@@ -102,21 +104,22 @@ def test_a_second_context_on_the_same_device_loads_and_runs_its_own_module():
     rel_primary = ((dt.double().cpu() - ref).norm() / ref.norm()).item()
     assert rel_primary < 1e-2
     dt.fill_(float("nan"))
-    hgemm_sm90.launch(iid, (at.data_ptr(), bt.data_ptr(), dt.data_ptr()), torch.cuda.current_stream(), m=m, n=n, k=k)
+    hgemm_sm90.launch(
+        iid, (at.data_ptr(), bt.data_ptr(), dt.data_ptr()), torch.cuda.current_stream(), m=m, n=n, k=k
+    )
     torch.cuda.synchronize()
     assert not torch.isnan(dt).any()
 
 
-def test_threads_race_on_first_use_and_keep_their_own_results(monkeypatch):
+def test_threads_race_on_first_use_and_keep_their_own_results():
     ids = [
         i.id
         for i in hgemm_sm90.instances()
         if (i.a_dtype, i.d_dtype, i.a_major, i.b_major, i.d_major) == ("bf16", "bf16", "k", "k", "n")
         and not i.has_c
     ][:4]
-    # Empty kernel cache: the threads below all hit first use together.
-    monkeypatch.setattr(api, "_cache", KernelCache(api._kernel_cache().manifest))
-    monkeypatch.setattr(api, "_plans", {})
+    # A fresh Runtime (no kernel loaded, no plan): the threads below all hit first use together.
+    fresh = state.Runtime()
     dev = torch.cuda.current_device()
     jobs = []
     for t in range(8):
@@ -135,21 +138,27 @@ def test_threads_race_on_first_use_and_keep_their_own_results(monkeypatch):
             torch.cuda.set_device(dev)
             start.wait()
             for _ in range(20):
-                hgemm_sm90.launch(iid, (a.data_ptr(), b.data_ptr(), d.data_ptr()), stream, m=a.shape[0], n=b.shape[0],
-                                  k=a.shape[1])
-        except Exception as e:  # reported below
+                hgemm_sm90.launch(
+                    iid,
+                    (a.data_ptr(), b.data_ptr(), d.data_ptr()),
+                    stream,
+                    m=a.shape[0],
+                    n=b.shape[0],
+                    k=a.shape[1],
+                )
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below, in the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(j,)) for j in jobs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    with state.install(fresh):
+        threads = [threading.Thread(target=work, args=(j,)) for j in jobs]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
     assert not errors, errors
     torch.cuda.synchronize()
-    ctx = device.current_context()
-    assert len(api._kernel_cache()) == len({j[0] for j in jobs})  # one load per (context, instance)
-    assert all(key[0] == ctx for key in api._kernel_cache()._loaded)
+    assert len(fresh.kernels) == len({j[0] for j in jobs})  # one load per (context, instance)
+    assert fresh.kernels.contexts() == {fresh.devices.current_context()}
     for iid, a, b, d, _ in jobs:
         ref = a.double() @ b.double().T
         rel = ((d.double() - ref).norm() / ref.norm()).item()

@@ -33,12 +33,14 @@ def _refused(p: g.Problem, before: dict, **launch_kw) -> None:
     torch.cuda.synchronize()
     for key, snap in before.items():
         x = {"a": p.a, "b": p.b, "c": p.c, "d": p.d}[key]
-        g.assert_bitwise_equal(g.bits(x.buf), snap, f"{key.upper()} buffer after a rejected launch",
-                               "buffer offset")
+        g.assert_bitwise_equal(
+            g.bits(x.buf), snap, f"{key.upper()} buffer after a rejected launch", "buffer offset"
+        )
 
 
-@pytest.mark.parametrize(("inst", "operand"), [pytest.param(i, op, id=f"{i.id}-{op}")
-                                               for i in INSTANCES for op in _operands(i)])
+@pytest.mark.parametrize(
+    ("inst", "operand"), [pytest.param(i, op, id=f"{i.id}-{op}") for i in INSTANCES for op in _operands(i)]
+)
 def test_misaligned_pointer_rejected(inst, operand, gen):
     """A pointer 2 bytes off the 16-byte TMA alignment raises InvalidArgumentError and launches nothing."""
     p = g.make_problem(inst, g.MISALIGNED, gen)
@@ -51,8 +53,9 @@ def test_misaligned_pointer_rejected(inst, operand, gen):
     _refused(p, before, ptrs=(ptrs["a"], ptrs["b"], ptrs["d"]))
 
 
-@pytest.mark.parametrize(("inst", "operand"), [pytest.param(i, op, id=f"{i.id}-{op}")
-                                               for i in INSTANCES for op in _operands(i)])
+@pytest.mark.parametrize(
+    ("inst", "operand"), [pytest.param(i, op, id=f"{i.id}-{op}") for i in INSTANCES for op in _operands(i)]
+)
 def test_misaligned_leading_dim_rejected(inst, operand, gen):
     """A leading dim one element longer than a 16-byte multiple raises InvalidArgumentError."""
     p = g.make_problem(inst, g.MISALIGNED, gen)

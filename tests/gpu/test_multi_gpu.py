@@ -22,9 +22,9 @@ if torch.cuda.device_count() < 2 or any(
     pytest.skip("needs at least two sm_90 GPUs", allow_module_level=True)
 hgemm_sm90 = pytest.importorskip("hgemm_sm90")
 
-from tests.gpu.gemm_util import make_problem  # noqa: E402
-from tests.gpu.gemm_util import launch as launch_problem  # noqa: E402
-from tests.gpu.multi_gpu_util import CASE, REPO, check, ci_instances, run_all_on  # noqa: E402
+from tests.gpu.gemm_util import launch as launch_problem
+from tests.gpu.gemm_util import make_problem
+from tests.gpu.multi_gpu_util import CASE, REPO, check, ci_instances, run_all_on
 
 pytestmark = pytest.mark.gpu
 
@@ -36,7 +36,7 @@ def test_every_ci_instance_on_every_gpu_one_thread_per_gpu():
     def work(dev):
         try:
             run_all_on(dev, results)
-        except Exception as e:  # reported below
+        except Exception as e:  # noqa: BLE001  (any failure in a thread is reported below)
             errors.append((dev, e))
 
     threads = [threading.Thread(target=work, args=(d,)) for d in range(torch.cuda.device_count())]
@@ -70,7 +70,10 @@ def test_every_ci_instance_on_every_gpu_one_process_per_gpu():
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-c", _CHILD.format(repo=str(REPO))],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
         )
     outs = [(p.wait(timeout=300), p.stdout.read()) for p in procs]

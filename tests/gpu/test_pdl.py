@@ -69,8 +69,9 @@ def gemm(inst, x: Mat, w: Mat, out: Mat, alpha: float, beta: float, pdl: bool, s
     m, k = x.t.shape
     n = w.t.shape[0]
     kw = {"c": (x if c is None else c).ptr(), "beta": beta} if inst.has_c else {}
-    g.hgemm_sm90.launch(inst.id, (x.ptr(), w.ptr(), out.ptr()), stream, m=m, n=n, k=k, alpha=alpha,
-                        pdl=pdl, **kw)
+    g.hgemm_sm90.launch(
+        inst.id, (x.ptr(), w.ptr(), out.ptr()), stream, m=m, n=n, k=k, alpha=alpha, pdl=pdl, **kw
+    )
 
 
 def scales(inst, k: int) -> tuple[float, float]:
@@ -103,12 +104,14 @@ def test_pdl_pair(inst, gen):
         torch.cuda.synchronize()
         results.append((x1, x2))
     (r1, r2), rounds = results[0], results[1:]
-    assert not torch.isnan(r1.t.float()).any() and not torch.isnan(r2.t.float()).any(), \
+    assert not torch.isnan(r1.t.float()).any() and not torch.isnan(r2.t.float()).any(), (
         "NaN in the pair without PDL: unwritten outputs (see test_numerics)"
+    )
     for i, (x1, x2) in enumerate(rounds):
         g.assert_bitwise_equal(x1.t, r1.t, f"round {i}: first GEMM with pdl=True vs without", "(m, n)")
-        g.assert_bitwise_equal(x2.t, r2.t, f"round {i}: second GEMM (reads the first's D) with pdl=True "
-                               "vs without", "(m, n)")
+        g.assert_bitwise_equal(
+            x2.t, r2.t, f"round {i}: second GEMM (reads the first's D) with pdl=True vs without", "(m, n)"
+        )
 
 
 def run_chain(inst, xs: list[Mat], w: Mat, alpha: float, beta: float, pdl: bool, stream) -> None:
@@ -150,5 +153,9 @@ def test_pdl_chain(inst, mode, gen):
             graph.replay()
         torch.cuda.synchronize()
         for j in range(2):
-            g.assert_bitwise_equal(xs[j].t, ref[j], f"{mode} run {r}: buffer {j} after {CHAIN} launches "
-                                   "with pdl=True vs without", "(m, n)")
+            g.assert_bitwise_equal(
+                xs[j].t,
+                ref[j],
+                f"{mode} run {r}: buffer {j} after {CHAIN} launches with pdl=True vs without",
+                "(m, n)",
+            )

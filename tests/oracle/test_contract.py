@@ -47,9 +47,18 @@ def _random_problem(rng: random.Random, rec) -> dict:
         return rng.choice([rng.uniform(-8, 8), rng.uniform(-1e-3, 1e-3), 0.0, -0.0, 1.0, 3.0e38, 0.1])
 
     return dict(
-        ptrs=tuple(ptrs), m=m, n=n, k=k, batch=batch, lds=tuple(lds), batch_strides=tuple(batch_strides),
-        alpha=scale(), beta=scale(),
-        raster_along_m=rng.randint(0, 1), group_size=rng.randint(1, 16), max_active_clusters=rng.randint(1, 200),
+        ptrs=tuple(ptrs),
+        m=m,
+        n=n,
+        k=k,
+        batch=batch,
+        lds=tuple(lds),
+        batch_strides=tuple(batch_strides),
+        alpha=scale(),
+        beta=scale(),
+        raster_along_m=rng.randint(0, 1),
+        group_size=rng.randint(1, 16),
+        max_active_clusters=rng.randint(1, 200),
     )
 
 
@@ -65,7 +74,10 @@ def kernels(ci_build, tmp_path_factory):
 
         kinfo = parse_cubin(entry.cubin.read_bytes()).kernel
         oracle = build_oracle(
-            entry.host_object, tmp_path_factory.mktemp(spec.name()[:40]), header_path=entry.host_header, kernel=kinfo
+            entry.host_object,
+            tmp_path_factory.mktemp(spec.name()[:40]),
+            header_path=entry.host_header,
+            kernel=kinfo,
         )
         oracle.set_arg_sizes([p.size for p in sorted(kinfo.params, key=lambda p: p.ordinal)])
         result.append((spec, rec, oracle))
@@ -77,7 +89,9 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
         kinds = [p.kind for p in rec.params]
         assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(spec.operands), kinds
         assert {p.name for p in rec.params if p.kind == "i32"} == {"raster_along_m", "group_size"}
-        assert {p.name for p in rec.params if p.kind == "f32"} == ({"alpha", "beta"} if spec.has_c else {"alpha"})
+        assert {p.name for p in rec.params if p.kind == "f32"} == (
+            {"alpha", "beta"} if spec.has_c else {"alpha"}
+        )
         assert set(kinds) <= {"tensormap", "shape", "i32", "f32", "opaque"}
 
 
@@ -97,7 +111,9 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values[name] = pr[name]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
             want = oracle.call(
-                host_args(spec, {**values, "max_active_clusters": pr["max_active_clusters"], "stream": 0xABC0})
+                host_args(
+                    spec, {**values, "max_active_clusters": pr["max_active_clusters"], "stream": 0xABC0}
+                )
             )
 
             ours = packer.pack(values)
@@ -107,10 +123,14 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 mine = bytes(ours[p.offset : p.offset + p.size])
                 if p.kind == "tensormap":
                     n = tensormap.MEANINGFUL_BYTES
-                    assert mine[:n] == theirs[:n], f"{where}: descriptor {p.operand} differs:\n" \
+                    assert mine[:n] == theirs[:n], (
+                        f"{where}: descriptor {p.operand} differs:\n"
                         f"ours   {decode(mine)}\ntheirs {decode(theirs)}"
+                    )
                 elif p.kind != "opaque":
-                    assert mine == theirs, f"{where}: parameter {index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
+                    assert mine == theirs, (
+                        f"{where}: parameter {index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
+                    )
             _, _, total = scheduling.cluster_tiles(
                 values["m"], values["n"], values["l"], *spec.tile[:2], *rec.cluster[:2]
             )

@@ -1,66 +1,57 @@
-"""Fixtures for the runtime tests: the repo's runtime/ as the package hgemm_sm90, a fake driver injected
-at the runtime's one seam (driver._import_bindings), and a generator of kernel folders (manifest.json +
-fake cubins) to load from."""
+"""Fixtures for the runtime tests. The runtime is imported one way, as the source package `runtime` (as
+codegen imports it); each test that touches the driver gets its own `Runtime` (runtime/state.py) built
+around a fake driver (fake_driver.py) and a kernel folder, installed as the process's runtime for the
+test, so no test reaches into module globals and nothing leaks between tests."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-from pathlib import Path
-
 import pytest
 from fake_driver import FakeDriver
-from fake_kernels import IDS, make_doc, make_record, write_kernels
+from fake_kernels import RECORDS, make_doc, write_kernels
 
-ROOT = Path(__file__).resolve().parents[2]
-
-if "hgemm_sm90" not in sys.modules:
-    # Import the source tree's runtime/ under its installed name (an installed wheel must not shadow it).
-    # Test modules, imported after this conftest, then simply `import hgemm_sm90`.
-    _spec = importlib.util.spec_from_file_location(
-        "hgemm_sm90", ROOT / "runtime" / "__init__.py", submodule_search_locations=[str(ROOT / "runtime")])
-    _mod = importlib.util.module_from_spec(_spec)
-    sys.modules["hgemm_sm90"] = _mod
-    _spec.loader.exec_module(_mod)
+from runtime import manifest, state
+from runtime.knobs import Knobs
 
 
 @pytest.fixture
 def doc() -> dict:
-    return make_doc({IDS[0]: make_record(IDS[0]), IDS[1]: make_record(IDS[1], cluster=(1, 1, 1)),
-                     IDS[2]: make_record(IDS[2], cluster=(4, 4, 1), smem=200000)})
+    return make_doc(RECORDS)
 
 
 @pytest.fixture
 def kernels(tmp_path, doc):
-    from hgemm_sm90 import manifest
-
+    """The Manifest of a fake kernel folder (three bf16 instances)."""
     return manifest.load(str(write_kernels(tmp_path / "kernels", doc)))
 
 
-@pytest.fixture(autouse=True)
-def default_knobs(monkeypatch):
-    """Every test starts from default knobs, whatever HGEMM_* the developer's shell exports."""
-    from hgemm_sm90 import knobs
-
-    monkeypatch.setattr(knobs, "_knobs", knobs.Knobs())
-
-
 @pytest.fixture
-def fake(monkeypatch) -> FakeDriver:
-    """A FakeDriver handed to the runtime through its one seam, with driver/device caches reset."""
-    from hgemm_sm90 import device, driver
-
+def fake() -> FakeDriver:
+    """A FakeDriver with one H200 whose context is current on this thread."""
     f = FakeDriver()
-    monkeypatch.setattr(driver, "_import_bindings", lambda: f)
-    monkeypatch.setattr(driver, "_cu", None)
-    monkeypatch.setattr(driver, "_version", None)
-    monkeypatch.setattr(device, "_ctx_device", {})
-    monkeypatch.setattr(device, "_device_info", {})
     f.set_current(f.ctx(0))
     yield f
     f.set_current(None)
 
 
-def pytest_report_header(config):
-    return f"hgemm_sm90 from {os.path.dirname(sys.modules['hgemm_sm90'].__file__)}"
+@pytest.fixture
+def make_runtime(fake):
+    """`make_runtime(catalog=None, **knobs)`: a Runtime around the fake driver, installed for the rest of
+    the test (default knobs, whatever HGEMM_* the developer's shell exports)."""
+    installed = []
+
+    def make(catalog=None, **knob_values) -> state.Runtime:
+        rt = state.Runtime(Knobs(**knob_values), import_bindings=lambda: fake, catalog=catalog)
+        ctx = state.install(rt)
+        ctx.__enter__()
+        installed.append(ctx)
+        return rt
+
+    yield make
+    for ctx in reversed(installed):
+        ctx.__exit__(None, None, None)
+
+
+@pytest.fixture
+def rt(make_runtime, kernels) -> state.Runtime:
+    """The installed Runtime over the fake kernel folder."""
+    return make_runtime(kernels)

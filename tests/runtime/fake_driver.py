@@ -120,8 +120,9 @@ class FakeDriver:
     CUlaunchConfig = CUlaunchConfig
     CUlaunchAttribute = CUlaunchAttribute
 
-    def __init__(self, devices: dict[int, Device] | None = None, version: int = 12090,
-                 max_active_clusters: int = 66):
+    def __init__(
+        self, devices: dict[int, Device] | None = None, version: int = 12090, max_active_clusters: int = 66
+    ):
         self.devices = devices if devices is not None else {0: Device()}
         self.contexts = {0x1000 + d: d for d in self.devices}  # context handle -> device ordinal
         self.streams: dict[int, int] = {}  # stream handle -> context handle
@@ -136,6 +137,7 @@ class FakeDriver:
         self._tls = threading.local()
         self._ids = itertools.count(0x9000)
         self.func_attrs: dict[int, dict] = {}
+        self.owner: dict[int, int] = {}  # module or function handle -> the context it was loaded in
 
     # --- test helpers -------------------------------------------------------------------------
     def ctx(self, device: int = 0) -> int:
@@ -213,9 +215,11 @@ class FakeDriver:
     def cuDeviceGetAttribute(self, attr, dev):
         err = self._enter("cuDeviceGetAttribute", attr, dev)
         d = self.devices[int(dev)]
-        value = {CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: d.capability[0],
-                 CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: d.capability[1],
-                 CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: d.sm_count}[attr]
+        value = {
+            CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: d.capability[0],
+            CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: d.capability[1],
+            CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: d.sm_count,
+        }[attr]
         return (err, 0) if err else (CUresult.CUDA_SUCCESS, value)
 
     def cuDeviceGetName(self, length, dev):
@@ -227,11 +231,19 @@ class FakeDriver:
         if not err and not self._stack():
             err = CUresult.CUDA_ERROR_INVALID_CONTEXT  # the real call loads into the current context
         time.sleep(self.load_delay)
-        return (err, Handle(0)) if err else (CUresult.CUDA_SUCCESS, Handle(next(self._ids)))
+        if err:
+            return (err, Handle(0))
+        module = next(self._ids)
+        self.owner[module] = self._stack()[-1]
+        return (CUresult.CUDA_SUCCESS, Handle(module))
 
     def cuModuleGetFunction(self, module, name):
         err = self._enter("cuModuleGetFunction", int(module), name)
-        return (err, Handle(0)) if err else (CUresult.CUDA_SUCCESS, Handle(next(self._ids)))
+        if err:
+            return (err, Handle(0))
+        fn = next(self._ids)
+        self.owner[fn] = self.owner.get(int(module))
+        return (CUresult.CUDA_SUCCESS, Handle(fn))
 
     def cuModuleUnload(self, module):
         return (self._enter("cuModuleUnload", int(module)) or CUresult.CUDA_SUCCESS,)
@@ -251,15 +263,30 @@ class FakeDriver:
 
     def cuLaunchKernelEx(self, config, fn, kernel_params, extra):
         err = self._enter("cuLaunchKernelEx", config, fn, kernel_params, extra)
+        stream = config.hStream
+        stack = self._stack()
+        ctx = self.streams.get(stream) if stream not in (0, 1, 2) else (stack[-1] if stack else None)
+        if not err and self.owner.get(int(fn), ctx) != ctx:
+            err = CUresult.CUDA_ERROR_INVALID_HANDLE  # a function of another context than the stream's
+        if err:
+            return (err,)  # a refused launch enqueues nothing
         n = len(self.param_sizes)
         ptrs = tuple((ctypes.c_void_p * n).from_address(kernel_params)) if n else ()
         values = tuple(ctypes.string_at(p, s) for p, s in zip(ptrs, self.param_sizes, strict=True))
-        self.launches.append(Launch(
-            grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
-            block=(config.blockDimX, config.blockDimY, config.blockDimZ), smem=config.sharedMemBytes,
-            stream=config.hStream, attrs=list(config.attrs)[:config.numAttrs], function=fn,
-            pointers=ptrs, values=values, config=config))
-        return (err or CUresult.CUDA_SUCCESS,)
+        self.launches.append(
+            Launch(
+                grid=(config.gridDimX, config.gridDimY, config.gridDimZ),
+                block=(config.blockDimX, config.blockDimY, config.blockDimZ),
+                smem=config.sharedMemBytes,
+                stream=config.hStream,
+                attrs=list(config.attrs)[: config.numAttrs],
+                function=fn,
+                pointers=ptrs,
+                values=values,
+                config=config,
+            )
+        )
+        return (CUresult.CUDA_SUCCESS,)
 
     def cuPointerGetAttribute(self, attr, ptr):
         err = self._enter("cuPointerGetAttribute", attr, ptr)

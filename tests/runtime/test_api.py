@@ -1,4 +1,4 @@
-"""`hgemm_sm90.launch` / `instances()` on the real `ci` manifest, against the fake driver.
+"""`runtime.launch` / `instances()` on the real `ci` manifest, against the fake driver.
 
 What reaches cuLaunchKernelEx must be exactly what the contract says (ParamPacker, which the oracle tests
 hold to the DSL's host code) — also on the cached fast path, where only the addresses and alpha/beta are
@@ -16,38 +16,35 @@ from pathlib import Path
 
 import pytest
 
-import hgemm_sm90
-from hgemm_sm90 import api, manifest, plan, problem, scheduling
-from hgemm_sm90.args import ParamPacker
-from hgemm_sm90.loader import KernelCache
+import runtime
+from runtime import manifest, overlap, plan, problem, scheduling
+from runtime.args import ParamPacker
+from runtime.contract import Manifest
+from runtime.spec import GemmSpec
 
 pytestmark = pytest.mark.compiler
 A, B, D, C = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000, 0x7F40_0000_0000
 PSS = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
-def _use(monkeypatch, man):
-    """Point the api module at `man`, with fresh per-test caches."""
-    monkeypatch.setattr(manifest, "default", lambda: man)
-    monkeypatch.setattr(api, "_cache", KernelCache(man))
-    monkeypatch.setattr(api, "_plans", {})
-    return man
-
-
 @pytest.fixture
-def ci(ci_build, fake, monkeypatch):
+def ci(ci_build, make_runtime):
+    """The ci manifest, launched through a fresh Runtime around the fake driver."""
     _, _, out = ci_build
-    return _use(monkeypatch, manifest.load(str(out / "manifest.json")))
+    return make_runtime(manifest.load(str(out / "manifest.json"))).manifest
 
 
 def _plain(man) -> str:
     """A bf16 instance with K-major A, B, N-major D and no C: the layout the literal sizes below fit."""
-    return next(i for i, r in sorted(man.instances.items())
-                if "_bf16_bf16_bf16_" in i and "_kkn_" in i and not problem.has_c(r.spec))
+    return next(
+        i
+        for i, r in sorted(man.instances.items())
+        if "_bf16_bf16_bf16_" in i and "_kkn_" in i and not r.spec.has_c
+    )
 
 
 def _with_c(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if problem.has_c(r.spec)]
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.has_c]
     assert ids, "the ci profile must hold an instance that reads C (kernel_specs.yaml)"
     return ids[0]
 
@@ -57,19 +54,39 @@ def _expect(man, iid, values, clusters=66):
     buf = ParamPacker(rec).pack(values)
     want = [bytes(buf[p.offset : p.offset + p.size]) for p in rec.params]
     _, _, total = scheduling.cluster_tiles(
-        values["m"], values["n"], values["l"], rec.grid["tile_m"], rec.grid["tile_n"], *rec.cluster[:2]
+        values["m"], values["n"], values["l"], *rec.spec.tile[:2], *rec.cluster[:2]
     )
     return want, scheduling.persistent_grid(total, clusters, *rec.cluster[:2])
 
 
-def _values(rec, ptrs, m, n, k, batch=1, lds=(None,) * 4, bss=(None,) * 4, raster=None, group=None,
-            c=None, alpha=1.0, beta=0.0):
+def _values(
+    rec,
+    ptrs,
+    m,
+    n,
+    k,
+    batch=1,
+    lds=(None,) * 4,
+    bss=(None,) * 4,
+    raster=None,
+    group=None,
+    c=None,
+    alpha=1.0,
+    beta=0.0,
+):
     ops = problem.layouts(rec.spec)
     values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)])
-    cm, cn, _ = scheduling.cluster_tiles(m, n, batch, rec.grid["tile_m"], rec.grid["tile_n"], *rec.cluster[:2])
+    cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.tile[:2], *rec.cluster[:2])
     along, g = scheduling.default_raster(cm, cn)
-    values.update(a=ptrs[0], b=ptrs[1], d=ptrs[2], c=c, alpha=alpha, beta=beta,
-                  raster_along_m=along if raster is None else int(raster))
+    values.update(
+        a=ptrs[0],
+        b=ptrs[1],
+        d=ptrs[2],
+        c=c,
+        alpha=alpha,
+        beta=beta,
+        raster_along_m=along if raster is None else int(raster),
+    )
     values["group_size"] = g if group is None else group
     return values
 
@@ -81,7 +98,7 @@ def _assert_sent(got, rec, want):
 
 
 def test_instances_lists_the_manifest(ci):
-    insts = {i.id: i for i in hgemm_sm90.instances()}
+    insts = {i.id: i for i in runtime.instances()}
     assert list(insts) == sorted(ci.instances)
     i = next(x for x in insts.values() if x.id.endswith("64x128x64_c1x2_coop"))
     assert (i.a_dtype, i.d_dtype, i.a_major, i.b_major, i.d_major) == ("bf16", "fp32", "k", "k", "n")
@@ -89,8 +106,7 @@ def test_instances_lists_the_manifest(ci):
     assert (i.has_c, i.c_dtype, i.c_major, i.fp8_fast_accum) == (False, None, None, False)
     for iid, rec in ci.instances.items():  # every record reports its epilogue as its spec says
         s, i = rec.spec, insts[iid]
-        assert i.has_c == (s["c_dtype"] is not None) and (i.c_dtype, i.c_major) == (s["c_dtype"], s["c_major"])
-        assert i.fp8_fast_accum == s["fp8_fast_accum"]
+        assert i == s and i.has_c == (s.c_dtype is not None)
     assert any(i.has_c for i in insts.values()) and any(i.fp8_fast_accum for i in insts.values())
 
 
@@ -105,15 +121,22 @@ def _random_problem(rng: random.Random, rec) -> dict:
     for op in ops:
         align = 16 // op.elem
         lds.append(-(-ext[op.contiguous] // align) * align + align * rng.randint(0, 3))
-    return dict(m=m, n=n, k=k, batch=rng.randint(1, 3), lds=tuple(lds),
-                alpha=rng.uniform(-4, 4), beta=rng.uniform(-4, 4) if problem.has_c(rec.spec) else 0.0)
+    return dict(
+        m=m,
+        n=n,
+        k=k,
+        batch=rng.randint(1, 3),
+        lds=tuple(lds),
+        alpha=rng.uniform(-4, 4),
+        beta=rng.uniform(-4, 4) if rec.spec.has_c else 0.0,
+    )
 
 
 def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
     rng = random.Random(7)
     for iid in ci.instances:
         rec = ci.record(iid)
-        has_c = problem.has_c(rec.spec)
+        has_c = rec.spec.has_c
         fake.param_sizes = tuple(p.size for p in rec.params)
         for _ in range(6):
             pr = _random_problem(rng, rec)
@@ -122,12 +145,15 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             if has_c:
                 kw["ldc"] = lds[3]
             # 2nd call: a cache hit with new pointers and scales, which must be patched in.
-            calls = [((A, B, D), C, pr["alpha"], pr["beta"]),
-                     ((A + 16 * rng.randint(1, 999), B + 64, D + 1024), C + 4096, 0.1, -2.5 if has_c else 0.0)]
+            calls = [
+                ((A, B, D), C, pr["alpha"], pr["beta"]),
+                ((A + 16 * rng.randint(1, 999), B + 64, D + 1024), C + 4096, 0.1, -2.5 if has_c else 0.0),
+            ]
             for ptrs, c, alpha, beta in calls:
-                hgemm_sm90.launch(iid, ptrs, 0, c=c if has_c else None, alpha=alpha, beta=beta, **kw)
-                values = _values(rec, ptrs, pr["m"], pr["n"], pr["k"], pr["batch"], lds, c=c, alpha=alpha,
-                                 beta=beta)
+                runtime.launch(iid, ptrs, 0, c=c if has_c else None, alpha=alpha, beta=beta, **kw)
+                values = _values(
+                    rec, ptrs, pr["m"], pr["n"], pr["k"], pr["batch"], lds, c=c, alpha=alpha, beta=beta
+                )
                 want, grid = _expect(ci, iid, values)
                 got = fake.launches[-1]
                 assert got.grid == grid and got.block == rec.block and got.smem == rec.smem_bytes
@@ -141,7 +167,7 @@ def test_alpha_and_beta_reach_the_launch_as_float32(ci, fake):
     f32 = {p.name: i for i, p in enumerate(rec.params) if p.kind == "f32"}
     assert set(f32) == {"alpha", "beta"}
     for alpha, beta in [(1.0, 0.0), (0.1, -0.75), (-3e38, 1e-40), (2, 1)]:  # ints are taken too
-        hgemm_sm90.launch(iid, (A, B, D), 0, m=256, n=256, k=64, c=C, alpha=alpha, beta=beta)
+        runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64, c=C, alpha=alpha, beta=beta)
         sent = fake.launches[-1].values
         assert sent[f32["alpha"]] == struct.pack("<f", alpha) and sent[f32["beta"]] == struct.pack("<f", beta)
 
@@ -150,11 +176,31 @@ def test_launch_passes_strides_and_walk_overrides(ci, fake):
     iid = _plain(ci)
     rec = ci.record(iid)
     fake.param_sizes = tuple(p.size for p in rec.params)
-    kw = dict(m=300, n=136, k=200, batch=3, lda=264, ldb=208, ldd=160, batch_stride_a=300 * 264 + 64,
-              batch_stride_b=136 * 208 + 8, batch_stride_d=300 * 160 + 8)
-    hgemm_sm90.launch(iid, (A, B, D), 0, raster_along_m=False, group_size=3, **kw)
-    values = _values(rec, (A, B, D), 300, 136, 200, 3, (264, 208, 160),
-                     (kw["batch_stride_a"], kw["batch_stride_b"], kw["batch_stride_d"]), raster=0, group=3)
+    kw = dict(
+        m=300,
+        n=136,
+        k=200,
+        batch=3,
+        lda=264,
+        ldb=208,
+        ldd=160,
+        batch_stride_a=300 * 264 + 64,
+        batch_stride_b=136 * 208 + 8,
+        batch_stride_d=300 * 160 + 8,
+    )
+    runtime.launch(iid, (A, B, D), 0, raster_along_m=False, group_size=3, **kw)
+    values = _values(
+        rec,
+        (A, B, D),
+        300,
+        136,
+        200,
+        3,
+        (264, 208, 160),
+        (kw["batch_stride_a"], kw["batch_stride_b"], kw["batch_stride_d"]),
+        raster=0,
+        group=3,
+    )
     want, _ = _expect(ci, iid, values)
     _assert_sent(fake.launches[-1], rec, want)
 
@@ -171,7 +217,7 @@ def test_launch_accepts_stream_objects(ci, fake):
             return (0, s)
 
     for stream in (s, TorchLike(), Protocol()):
-        hgemm_sm90.launch(iid, (A, B, D), stream, m=64, n=64, k=64)
+        runtime.launch(iid, (A, B, D), stream, m=64, n=64, k=64)
         assert fake.launches[-1].stream == s
 
 
@@ -181,12 +227,12 @@ def _attrs(launch) -> dict:
 
 def test_pdl_is_opt_in_and_sets_programmatic_stream_serialization(ci, fake):
     iid = _plain(ci)
-    hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64)
+    runtime.launch(iid, (A, B, D), 0, m=64, n=64, k=64)
     assert PSS not in _attrs(fake.launches[-1])
-    hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
+    runtime.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
     attr = _attrs(fake.launches[-1])[PSS]
     assert attr.value.programmaticStreamSerializationAllowed == 1
-    hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=False)  # a cached config must not leak
+    runtime.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=False)  # a cached config must not leak
     assert PSS not in _attrs(fake.launches[-1])
 
 
@@ -231,8 +277,8 @@ def test_bad_input_raises_before_launching(ci, fake, override, message):
     args = dict(ptrs=(A, B, D), m=256, n=256, k=128)
     args.update(override)
     ptrs = args.pop("ptrs")
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match=message) as err:
-        hgemm_sm90.launch(iid, ptrs, 0, **args)
+    with pytest.raises(runtime.InvalidArgumentError, match=message) as err:
+        runtime.launch(iid, ptrs, 0, **args)
     assert "Fix:" in str(err.value) and err.value.instance == iid
     assert fake.count("cuLaunchKernelEx") == 0
 
@@ -266,8 +312,8 @@ def test_bad_c_input_raises_before_launching(ci, fake, override, message):
     iid, args = _c_layout(ci)
     assert problem.layouts(ci.record(iid).spec)[3].elem == 2, "BAD_C's literals assume a 16-bit C"
     args.update(override)
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match=message) as err:
-        hgemm_sm90.launch(iid, (A, B, D), 0, **args)
+    with pytest.raises(runtime.InvalidArgumentError, match=message) as err:
+        runtime.launch(iid, (A, B, D), 0, **args)
     assert "Fix:" in str(err.value) and err.value.instance == iid
     assert fake.count("cuLaunchKernelEx") == 0
 
@@ -276,15 +322,15 @@ def test_c_may_alias_d_exactly_for_an_in_place_update(ci, fake):
     iid, args = _c_layout(ci)
     rec = ci.record(iid)
     fake.param_sizes = tuple(p.size for p in rec.params)
-    hgemm_sm90.launch(iid, (A, B, D), 0, **dict(args, c=D, batch=2, beta=1.0))
-    hgemm_sm90.launch(iid, (A, B, D), 0, **dict(args, c=D, batch=1, ldc=272, ldd=272, beta=1.0))
+    runtime.launch(iid, (A, B, D), 0, **dict(args, c=D, batch=2, beta=1.0))
+    runtime.launch(iid, (A, B, D), 0, **dict(args, c=D, batch=1, ldc=272, ldd=272, beta=1.0))
     desc = {p.operand: i for i, p in enumerate(rec.params) if p.kind == "tensormap"}
     sent = fake.launches[-1].values
     assert sent[desc["c"]][:8] == sent[desc["d"]][:8] == D.to_bytes(8, "little")
     # Right next to D (no shared byte) is fine too, on either side.
     size = _d_bytes(ci, iid)
-    hgemm_sm90.launch(iid, (A, B, D), 0, **dict(args, c=D + size))
-    hgemm_sm90.launch(iid, (A, B, D), 0, **dict(args, c=D - size))
+    runtime.launch(iid, (A, B, D), 0, **dict(args, c=D + size))
+    runtime.launch(iid, (A, B, D), 0, **dict(args, c=D - size))
     assert fake.count("cuLaunchKernelEx") == 4
 
 
@@ -294,72 +340,60 @@ def test_outputs_beside_inputs_in_one_wide_buffer_are_not_an_overlap(ci, fake):
     iid = _plain(ci)
     m, n, k = 256, 128, 64
     ld = k + n
-    hgemm_sm90.launch(iid, (A, B, A + 2 * k), 0, m=m, n=n, k=k, lda=ld, ldd=ld)
+    runtime.launch(iid, (A, B, A + 2 * k), 0, m=m, n=n, k=k, lda=ld, ldd=ld)
     assert fake.count("cuLaunchKernelEx") == 1
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="overlaps input a"):  # one column too far left
-        hgemm_sm90.launch(iid, (A, B, A + 2 * k - 16), 0, m=m, n=n, k=k, lda=ld, ldd=ld)
+    with pytest.raises(runtime.InvalidArgumentError, match="overlaps input a"):  # one column too far left
+        runtime.launch(iid, (A, B, A + 2 * k - 16), 0, m=m, n=n, k=k, lda=ld, ldd=ld)
 
 
-def _twin_without_c(ci, monkeypatch):
+def _twin_without_c(ci, make_runtime):
     """The ci manifest plus a copy of its C instance that does not read C (as if both shipped)."""
     doc = json.loads(Path(ci.path).read_text())
     iid = _with_c(ci)
     twin = copy.deepcopy(doc["instances"][iid])
     twin["spec"].update(c_dtype=None, c_major=None)
     twin["params"] = [p for p in twin["params"] if p.get("operand") != "c" and p.get("name") != "beta"]
-    twin_id = iid.rsplit("_c", 1)[0] + "_twin"
+    twin_id = GemmSpec.from_json(twin["spec"]).name()
     doc["instances"][twin_id] = twin
-    return iid, twin_id, _use(monkeypatch, manifest.parse(doc, ci.path))
+    return iid, twin_id, make_runtime(Manifest.from_json(doc, ci.path))
 
 
-def test_c_errors_name_the_instances_that_fit(ci, fake, monkeypatch):
-    iid, twin_id, _ = _twin_without_c(ci, monkeypatch)
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match=f"use an instance that reads C: {iid}"):
-        hgemm_sm90.launch(twin_id, (A, B, D), 0, m=256, n=256, k=64, c=C)
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match=f"use an instance without C: {twin_id}"):
-        hgemm_sm90.launch(iid, (A, B, D), 0, m=256, n=256, k=64)
+def test_c_errors_name_the_instances_that_fit(ci, fake, make_runtime):
+    iid, twin_id, _ = _twin_without_c(ci, make_runtime)
+    with pytest.raises(runtime.InvalidArgumentError, match=f"use an instance that reads C: {iid}"):
+        runtime.launch(twin_id, (A, B, D), 0, m=256, n=256, k=64, c=C)
+    with pytest.raises(runtime.InvalidArgumentError, match=f"use an instance without C: {twin_id}"):
+        runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64)
     assert fake.count("cuLaunchKernelEx") == 0
 
 
-def test_record_whose_descriptors_contradict_its_spec_is_refused(ci, fake, monkeypatch):
+def test_record_whose_descriptors_contradict_its_spec_is_refused(ci):
     iid = _with_c(ci)
     doc = json.loads(Path(ci.path).read_text())
     doc["instances"][iid]["spec"].update(c_dtype=None, c_major=None)  # spec says no C, params have one
-    _use(monkeypatch, manifest.parse(doc, ci.path))
-    with pytest.raises(hgemm_sm90.CorruptArtifactError, match=r"descriptors \['a', 'b', 'c', 'd'\]"):
-        hgemm_sm90.launch(iid, (A, B, D), 0, m=256, n=256, k=64)
-
-
-def test_records_without_alpha_take_only_alpha_one(kernels, fake, monkeypatch):
-    # Manifests from before alpha existed (tests/runtime/fake_kernels.py's records) compute D = A @ B^T.
-    _use(monkeypatch, kernels)
-    iid = next(iter(kernels.instances))
-    hgemm_sm90.launch(iid, (A, B, D), 0, m=256, n=256, k=64)
-    hgemm_sm90.launch(iid, (A, B, D), 0, m=256, n=256, k=64, alpha=1)
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="built without alpha"):
-        hgemm_sm90.launch(iid, (A, B, D), 0, m=256, n=256, k=64, alpha=2.0)
-    assert fake.count("cuLaunchKernelEx") == 2
+    with pytest.raises(runtime.CorruptArtifactError, match=r"names instance"):
+        Manifest.from_json(doc, ci.path)
 
 
 def test_unknown_instance_suggests_close_ids(ci, fake):
     good = _plain(ci)
-    with pytest.raises(hgemm_sm90.UnknownInstanceError) as err:
-        hgemm_sm90.launch(good.replace("_coop", "_cop"), (A, B, D), 0, m=64, n=64, k=64)
+    with pytest.raises(runtime.UnknownInstanceError) as err:
+        runtime.launch(good.replace("_coop", "_cop"), (A, B, D), 0, m=64, n=64, k=64)
     assert err.value.suggestions[0] == good
     assert fake.count("cuLaunchKernelEx") == 0
 
 
 def test_wrong_gpu_is_refused(ci, fake):
     fake.devices[0].capability = (8, 0)
-    with pytest.raises(hgemm_sm90.UnsupportedDeviceError, match="compute capability 8.0"):
-        hgemm_sm90.launch(_plain(ci), (A, B, D), 0, m=64, n=64, k=64)
+    with pytest.raises(runtime.UnsupportedDeviceError, match="compute capability 8.0"):
+        runtime.launch(_plain(ci), (A, B, D), 0, m=64, n=64, k=64)
     assert fake.count("cuLaunchKernelEx") == 0
 
 
 def test_too_old_driver_is_refused(ci, fake):
     fake.version = 12040  # the ci cubins declare CUDA 12.9 (EIATTR_CUDA_API_VERSION)
-    with pytest.raises(hgemm_sm90.DriverTooOldError, match="12.9"):
-        hgemm_sm90.launch(_plain(ci), (A, B, D), 0, m=64, n=64, k=64)
+    with pytest.raises(runtime.DriverTooOldError, match="12.9"):
+        runtime.launch(_plain(ci), (A, B, D), 0, m=64, n=64, k=64)
     assert fake.count("cuLaunchKernelEx") == 0
 
 
@@ -373,9 +407,18 @@ def test_concurrent_launches_keep_their_own_parameters(ci, fake):
     def worker(t):
         try:
             for i in range(200):
-                hgemm_sm90.launch(iid, (A + 16 * t, B + 16 * i, D), stream, m=128 * (t + 1), n=256, k=64,
-                                  c=C, alpha=float(t), beta=float(i))
-        except Exception as e:  # surfaced below
+                runtime.launch(
+                    iid,
+                    (A + 16 * t, B + 16 * i, D),
+                    stream,
+                    m=128 * (t + 1),
+                    n=256,
+                    k=64,
+                    c=C,
+                    alpha=float(t),
+                    beta=float(i),
+                )
+        except Exception as e:  # noqa: BLE001 - surfaced by the assertion below, in the main thread
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
@@ -402,10 +445,10 @@ def test_batches_side_by_side_in_one_workspace_are_not_an_overlap(ci, fake):
     a_bytes, d_bytes = m * k * 2, m * n * 2
     stride = (a_bytes + d_bytes) // 2  # in bf16 elements
     kw = dict(m=m, n=n, k=k, batch=batch, batch_stride_a=stride, batch_stride_d=stride)
-    hgemm_sm90.launch(iid, (A, B, A + a_bytes), 0, **kw)
+    runtime.launch(iid, (A, B, A + a_bytes), 0, **kw)
     assert fake.count("cuLaunchKernelEx") == 1
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="overlaps input a"):
-        hgemm_sm90.launch(iid, (A, B, A + a_bytes - 16), 0, **kw)
+    with pytest.raises(runtime.InvalidArgumentError, match="overlaps input a"):
+        runtime.launch(iid, (A, B, A + a_bytes - 16), 0, **kw)
 
 
 def _bytes_of(fp, ptr, values) -> set[int]:
@@ -422,8 +465,19 @@ def test_overlap_check_never_passes_operands_that_share_a_byte():
     """Soundness against brute force on small random layouts (shared pitches and batch strides, pointers
     close together): whenever D shares a byte with an input other than as the exact C alias, it raises."""
     rng = random.Random(3)
-    spec = {"a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "c_dtype": "bf16",
-            "a_major": "k", "b_major": "k", "d_major": "n", "c_major": "n"}
+    spec = GemmSpec(
+        a_dtype="bf16",
+        b_dtype="bf16",
+        d_dtype="bf16",
+        c_dtype="bf16",
+        a_major="k",
+        b_major="k",
+        d_major="n",
+        c_major="n",
+        tile=(128, 128, 64),
+        cluster=(1, 1),
+        schedule="cooperative",
+    )
     ops = problem.layouts(spec)
     raised = passed = 0
     for case in range(1500):
@@ -433,58 +487,55 @@ def test_overlap_check_never_passes_operands_that_share_a_byte():
         bss = tuple(rng.choice([None, pitch * rng.randint(1, 8), 8 * rng.randint(1, 24)]) for _ in range(4))
         try:
             values = problem.resolve("t", ops, m, n, k, batch, lds, bss)
-        except hgemm_sm90.InvalidArgumentError:
+        except runtime.InvalidArgumentError:
             continue  # e.g. ld below the extent, or overlapping D batches
-        fps = problem.footprints(ops, values)
+        fps = overlap.Footprints(ops, values)
         ptrs = {"a": 4096, "b": 8192 * 4, "d": 4096 + 16 * rng.randint(0, 64)}
         ptrs["c"] = rng.choice([ptrs["d"], ptrs["d"] + 16 * rng.randint(-40, 40), 8192 * 8])
-        bytes_d = _bytes_of(fps["d"], ptrs["d"], values)
-        clash = bool(bytes_d & _bytes_of(fps["a"], ptrs["a"], values))
-        alias = ptrs["c"] == ptrs["d"] and problem.same_layout(fps["c"], fps["d"])
-        clash |= not alias and bool(bytes_d & _bytes_of(fps["c"], ptrs["c"], values))
+        bytes_d = _bytes_of(fps.d, ptrs["d"], values)
+        clash = bool(bytes_d & _bytes_of(fps.a, ptrs["a"], values))
+        alias = ptrs["c"] == ptrs["d"] and overlap.same_layout(fps.c, fps.d)
+        clash |= not alias and bool(bytes_d & _bytes_of(fps.c, ptrs["c"], values))
         try:
-            problem.check_overlaps("t", fps, ptrs)
+            fps.check("t", ptrs["a"], ptrs["b"], ptrs["d"], ptrs["c"])
             passed += 1
-        except hgemm_sm90.InvalidArgumentError:
+        except runtime.InvalidArgumentError:
             raised += 1
             continue
         assert not clash, (case, values, ptrs)
     assert raised > 100 and passed > 100, (raised, passed)  # both verdicts were exercised
 
 
-def test_pdl_needs_a_kernel_that_waits_for_its_predecessor(ci, fake, monkeypatch):
+def test_pdl_needs_a_kernel_that_waits_for_its_predecessor(ci, fake):
     import dataclasses
 
-    iid = next(i for i in ci.instances if "_c" not in i.split("coop")[-1])
+    iid = _plain(ci)
     rec = ci.record(iid)
     assert rec.pdl  # every kernel of this source tree issues griddepcontrol.wait
-    hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
-    monkeypatch.setitem(api._plans, iid, plan.LaunchPlan(dataclasses.replace(rec, pdl=False), ci))
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="does not wait for its predecessor"):
-        hgemm_sm90.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
+    runtime.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
+    runtime.state.runtime().plans[iid] = plan.LaunchPlan(dataclasses.replace(rec, pdl=False), ci)
+    with pytest.raises(runtime.InvalidArgumentError, match="does not wait for its predecessor"):
+        runtime.launch(iid, (A, B, D), 0, m=64, n=64, k=64, pdl=True)
 
 
 def _without_c(man) -> str:
-    return next(i for i in man.instances if not man.record(i).spec.get("c_dtype"))
+    return next(i for i in man.instances if not man.record(i).spec.has_c)
 
 
 @pytest.fixture
-def pointer_checks(monkeypatch):
-    """Re-decide HGEMM_CHECK_POINTERS for this test (the runtime decides once per process)."""
-    from hgemm_sm90 import device, knobs
-
-    monkeypatch.setattr(api, "_pointer_checks", None)
-    monkeypatch.setattr(device, "_device_count", None)
+def pointer_checks(ci, make_runtime):
+    """`pointer_checks(mode, allow_peer)`: a fresh Runtime with these knobs (a runtime decides
+    HGEMM_CHECK_POINTERS once)."""
 
     def set_mode(mode="auto", allow_peer=False):
-        monkeypatch.setattr(knobs, "_knobs", knobs.Knobs(check_pointers=mode, allow_peer_pointers=allow_peer))
+        return make_runtime(ci, check_pointers=mode, allow_peer_pointers=allow_peer)
 
     return set_mode
 
 
 def test_single_gpu_processes_skip_the_pointer_query(ci, fake, pointer_checks):
     pointer_checks("auto")
-    hgemm_sm90.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
+    runtime.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
     assert fake.count("cuPointerGetAttribute") == 0 and fake.count("cuLaunchKernelEx") == 1
 
 
@@ -497,23 +548,23 @@ def test_pointers_on_another_gpu_are_refused_before_launching(ci, fake, pointer_
     iid = _without_c(ci)
     stream0 = fake.new_stream(fake.ctx(0))
     fake.pointers.update({A: (0, False), B: (1, False), D: (0, False)})
-    with pytest.raises(hgemm_sm90.DeviceMismatchError) as err:
-        hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    with pytest.raises(runtime.DeviceMismatchError) as err:
+        runtime.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
     assert "'b'" in str(err.value) and err.value.instance == iid
     assert fake.count("cuLaunchKernelEx") == 0
     fake.pointers[B] = (1, True)  # managed memory is accessible from every device
-    hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    runtime.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
     fake.pointers[B] = (1, False)
     fake.peer_ok = True  # peer-capable, but only the caller knows whether peer access is enabled
-    with pytest.raises(hgemm_sm90.DeviceMismatchError):
-        hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    with pytest.raises(runtime.DeviceMismatchError):
+        runtime.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
     pointer_checks("auto", allow_peer=True)
-    hgemm_sm90.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
+    runtime.launch(iid, (A, B, D), stream0, m=64, n=64, k=64)
     assert fake.count("cuLaunchKernelEx") == 2
 
 
 def test_unknown_memory_is_refused_when_checking(ci, fake, pointer_checks):
     pointer_checks("always")
-    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="not memory CUDA knows"):
-        hgemm_sm90.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
+    with pytest.raises(runtime.InvalidArgumentError, match="not memory CUDA knows"):
+        runtime.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
     assert fake.count("cuLaunchKernelEx") == 0

@@ -2,9 +2,10 @@
 
 import pickle
 
-import hgemm_sm90
 import pytest
-from hgemm_sm90 import errors
+
+import runtime
+from runtime import errors
 
 EXAMPLES = [
     errors.MissingDependencyError("cuda-bindings missing", "pip install cuda-bindings"),
@@ -22,7 +23,7 @@ EXAMPLES = [
 
 @pytest.mark.parametrize("err", EXAMPLES, ids=lambda e: type(e).__name__)
 def test_error_names_problem_and_fix(err):
-    assert isinstance(err, hgemm_sm90.HgemmError)
+    assert isinstance(err, runtime.HgemmError)
     text = str(err)
     assert err.problem in text and "Fix: " in text and err.fix in text
     if err.instance:
@@ -58,7 +59,11 @@ def test_driver_too_old_names_both_versions():
 def test_cuda_driver_error_fields():
     err = EXAMPLES[8]
     assert (err.call, err.result, err.instance, err.code) == (
-        "cuModuleLoadData", "CUDA_ERROR_INVALID_IMAGE", "inst", 200)
+        "cuModuleLoadData",
+        "CUDA_ERROR_INVALID_IMAGE",
+        "inst",
+        200,
+    )
     assert "cuModuleLoadData failed with CUDA_ERROR_INVALID_IMAGE [instance inst]" in str(err)
     assert "227 KB" in errors.CudaDriverError("cuFuncSetAttribute", "CUDA_ERROR_INVALID_VALUE").fix
     assert "227 KB" not in errors.CudaDriverError("cuLaunchKernelEx", "CUDA_ERROR_INVALID_VALUE").fix
@@ -70,4 +75,4 @@ def test_package_reexports_every_error_class():
     for name in dir(errors):
         obj = getattr(errors, name)
         if isinstance(obj, type) and issubclass(obj, errors.HgemmError):
-            assert getattr(hgemm_sm90, name) is obj
+            assert getattr(runtime, name) is obj

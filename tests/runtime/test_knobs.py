@@ -1,19 +1,23 @@
-"""HGEMM_* knobs: defaults, parsing, and typed errors naming the variable."""
+"""HGEMM_* knobs: defaults, parsing, typed errors naming the variable, read once per Runtime."""
 
 import os
 
 import pytest
-from hgemm_sm90 import knobs
-from hgemm_sm90.errors import KnobError
+
+from runtime import knobs, state
+from runtime.errors import KnobError
 
 
 def test_defaults():
     k = knobs.Knobs.from_env({})
     assert (k.kernel_dir, k.verify_sha256, k.log_level, k.log_level_set) == (None, True, "warning", False)
+    assert (k.check_pointers, k.allow_peer_pointers) == ("auto", False)
 
 
-@pytest.mark.parametrize("raw,value", [("0", False), ("off", False), ("NO", False), ("1", True),
-                                       ("true", True), (" yes ", True), ("", True)])
+@pytest.mark.parametrize(
+    "raw,value",
+    [("0", False), ("off", False), ("NO", False), ("1", True), ("true", True), (" yes ", True), ("", True)],
+)
 def test_verify_sha256(raw, value):
     assert knobs.Knobs.from_env({"HGEMM_VERIFY_SHA256": raw}).verify_sha256 is value
 
@@ -24,16 +28,42 @@ def test_kernel_dir_is_absolute(tmp_path, monkeypatch):
     assert k.kernel_dir == os.path.join(str(tmp_path), "built", "kernels")
 
 
-@pytest.mark.parametrize("env,name", [({"HGEMM_VERIFY_SHA256": "maybe"}, "HGEMM_VERIFY_SHA256"),
-                                      ({"HGEMM_LOG_LEVEL": "loud"}, "HGEMM_LOG_LEVEL")])
+@pytest.mark.parametrize(
+    "env,name",
+    [
+        ({"HGEMM_VERIFY_SHA256": "maybe"}, "HGEMM_VERIFY_SHA256"),
+        ({"HGEMM_LOG_LEVEL": "loud"}, "HGEMM_LOG_LEVEL"),
+        ({"HGEMM_CHECK_POINTERS": "sometimes"}, "HGEMM_CHECK_POINTERS"),
+    ],
+)
 def test_bad_values_name_the_variable(env, name):
     with pytest.raises(KnobError, match=name):
         knobs.Knobs.from_env(env)
 
 
-def test_get_reads_the_environment_once(monkeypatch):
-    monkeypatch.setattr(knobs, "_knobs", None)
+def test_a_runtime_reads_the_environment_once(monkeypatch):
     monkeypatch.setenv("HGEMM_LOG_LEVEL", "debug")
-    first = knobs.get()
+    rt = state.Runtime()
     monkeypatch.setenv("HGEMM_LOG_LEVEL", "error")
-    assert knobs.get() is first and first.log_level == "debug" and first.log_level_set
+    assert rt.knobs.log_level == "debug" and rt.knobs.log_level_set
+    assert rt.logger.level == 10 and rt.logger is rt.logger
+
+
+def test_a_bad_knob_fails_at_first_use_not_at_import(monkeypatch):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HGEMM_VERIFY_SHA256": "maybe"}
+    code = (
+        "import runtime\nfrom runtime import state\ntry:\n    state.runtime()\nexcept runtime.KnobError "
+        "as e:\n    print('KnobError', e.knob)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(knobs.__file__)),
+    )
+    assert out.stdout.strip() == "KnobError HGEMM_VERIFY_SHA256"

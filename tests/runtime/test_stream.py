@@ -5,8 +5,9 @@ import sys
 import timeit
 
 import pytest
-from hgemm_sm90.errors import InvalidArgumentError
-from hgemm_sm90.stream import stream_handle
+
+from runtime.errors import InvalidArgumentError
+from runtime.stream import stream_handle
 
 
 class ProtocolStream:  # cuda.core / cupy / numba style
@@ -38,11 +39,22 @@ class Ordinal(enum.IntEnum):
     PER_THREAD = 2
 
 
-@pytest.mark.parametrize("stream,handle", [
-    (0, 0), (1, 1), (2, 2), (0xDEADBEEF, 0xDEADBEEF), ((1 << 64) - 1, (1 << 64) - 1),
-    (ProtocolStream(0x5555), 0x5555), (PropertyProtocolStream(), 0xBEEF),
-    (TorchLikeStream(), 0x7F00_0000_1234), (CUstream(), 0xABC), (Ordinal.PER_THREAD, 2),
-], ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize(
+    "stream,handle",
+    [
+        (0, 0),
+        (1, 1),
+        (2, 2),
+        (0xDEADBEEF, 0xDEADBEEF),
+        ((1 << 64) - 1, (1 << 64) - 1),
+        (ProtocolStream(0x5555), 0x5555),
+        (PropertyProtocolStream(), 0xBEEF),
+        (TorchLikeStream(), 0x7F00_0000_1234),
+        (CUstream(), 0xABC),
+        (Ordinal.PER_THREAD, 2),
+    ],
+    ids=lambda v: type(v).__name__,
+)
 def test_accepted(stream, handle):
     assert stream_handle(stream) == handle and type(stream_handle(stream)) is int
 
@@ -65,12 +77,22 @@ class BadAttr:
     cuda_stream = "0x1234"
 
 
-@pytest.mark.parametrize("stream,why", [
-    (None, "not a stream"), (True, "not a stream"), (1.0, "not a stream"), ("0", "not a stream"),
-    (-1, "unsigned 64-bit"), (1 << 64, "unsigned 64-bit"), (Nothing(), "neither __cuda_stream__"),
-    (BadProtocol(), "not a \\(version, handle\\) pair"), (BadAttr(), "not an int handle"),
-    (ProtocolStream(-5), "outside the range"),
-], ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize(
+    "stream,why",
+    [
+        (None, "not a stream"),
+        (True, "not a stream"),
+        (1.0, "not a stream"),
+        ("0", "not a stream"),
+        (-1, "unsigned 64-bit"),
+        (1 << 64, "unsigned 64-bit"),
+        (Nothing(), "neither __cuda_stream__"),
+        (BadProtocol(), "not a \\(version, handle\\) pair"),
+        (BadAttr(), "not an int handle"),
+        (ProtocolStream(-5), "outside the range"),
+    ],
+    ids=lambda v: type(v).__name__,
+)
 def test_rejected_with_the_accepted_forms(stream, why):
     with pytest.raises(InvalidArgumentError, match=why) as e:
         stream_handle(stream)
