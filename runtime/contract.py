@@ -197,7 +197,7 @@ class Manifest:
         if rec is None:
             if not isinstance(instance_id, str):
                 raise InvalidArgumentError(
-                    f"instance id {instance_id!r} is a {type(instance_id).__name__}, not a string",
+                    f"instance id {instance_id!r} is not a string (type {type(instance_id).__name__})",
                     "pass an instance id string such as one from hgemm_sm90.instances()",
                 )
             raise UnknownInstanceError(instance_id, self.instances.keys())
