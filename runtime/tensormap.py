@@ -35,17 +35,18 @@ DESCRIPTOR_BYTES = 128
 MEANINGFUL_BYTES = 64
 MAX_RANK = 5
 
-_SWIZZLE = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
-_SWIZZLE_SPAN = {"32B": 32, "64B": 64, "128B": 128}
-_L2_PROMOTION = {"128B": 2}  # at dword-2 bits 17-18 (hypothesis on the field width; see TENSORMAP.md)
+# The bit layout (docs/TENSORMAP.md), public because codegen/tensormap_decode.py reads descriptors with it.
+SWIZZLE_CODES = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
+SWIZZLE_SPAN = {"32B": 32, "64B": 64, "128B": 128}
+L2_PROMOTION_CODES = {"128B": 2}  # at dword-2 bits 17-18 (hypothesis on the field width; see TENSORMAP.md)
 
 # dword 2 (descriptor bytes 8-11)
-_CONST_BIT1 = 1 << 1  # always set by the DSL; the driver's encoder leaves it clear (docs/TENSORMAP.md)
-_RANK_SHIFT, _FORMAT_SHIFT, _SWIZZLE_SHIFT, _L2_SHIFT = 4, 7, 13, 17
-_SPAN_FLAG = 1 << 21  # set when the tensor's byte span is >= 128 KiB (see _span_bytes)
-_SPAN_LIMIT = 1 << 17
-_ADDRESS_LIMIT = 1 << 57  # bits 4-56 of word 0 hold address bits 4-56
-_STRIDE_LIMIT = 1 << 40  # strides: bits 4-35 in dwords 3-6, bits 36-39 in nibbles of dword 7
+CONST_BIT1 = 1 << 1  # always set by the DSL; the driver's encoder leaves it clear (docs/TENSORMAP.md)
+RANK_SHIFT, FORMAT_SHIFT, SWIZZLE_SHIFT, L2_SHIFT = 4, 7, 13, 17
+SPAN_FLAG = 1 << 21  # set when the tensor's byte span is >= 128 KiB (see _span_bytes)
+SPAN_LIMIT = 1 << 17
+ADDRESS_LIMIT = 1 << 57  # bits 4-56 of word 0 hold address bits 4-56
+STRIDE_LIMIT = 1 << 40  # strides: bits 4-35 in dwords 3-6, bits 36-39 in nibbles of dword 7
 
 
 def _fail(problem: str, fix: str) -> InvalidArgumentError:
@@ -99,20 +100,20 @@ def make_template(
             f"element strides {tuple(element_strides)} are not supported",
             "use element strides of 1 (the only value whose encoding is established)",
         )
-    if interleave != "none" or oob_fill != "none" or l2_promotion not in _L2_PROMOTION:
+    if interleave != "none" or oob_fill != "none" or l2_promotion not in L2_PROMOTION_CODES:
         raise _fail(
             f"interleave={interleave!r}, l2_promotion={l2_promotion!r}, oob_fill={oob_fill!r} is "
             "not supported",
             "use interleave='none', l2_promotion='128B', oob_fill='none' (the only "
             "values whose encoding is established; see docs/TENSORMAP.md)",
         )
-    if swizzle not in _SWIZZLE:
-        raise _fail(f"swizzle {swizzle!r} is not a TMA swizzle mode", f"use one of {sorted(_SWIZZLE)}")
+    if swizzle not in SWIZZLE_CODES:
+        raise _fail(f"swizzle {swizzle!r} is not a TMA swizzle mode", f"use one of {sorted(SWIZZLE_CODES)}")
     for i, d in enumerate(dims):
         if not 1 <= d <= 1 << 32:
             raise _fail(f"TMA dim {i} = {d} is outside 1..2**32", "split or reshape the tensor")
     for i, s in enumerate(strides_bytes, start=1):
-        if s <= 0 or s % 16 or s >= _STRIDE_LIMIT:
+        if s <= 0 or s % 16 or s >= STRIDE_LIMIT:
             raise _fail(
                 f"TMA stride of dim {i} = {s} bytes is not a positive multiple of 16 below 2**40",
                 "make leading dimensions and batch strides multiples of 16 bytes",
@@ -123,21 +124,21 @@ def make_template(
     inner = box[0] * elem_bytes
     if inner % 16:
         raise _fail(f"TMA box row of {inner} bytes is not a multiple of 16", "widen the box's dim 0")
-    if swizzle != "none" and inner > _SWIZZLE_SPAN[swizzle]:
+    if swizzle != "none" and inner > SWIZZLE_SPAN[swizzle]:
         raise _fail(
             f"TMA box row of {inner} bytes exceeds the {swizzle} swizzle span",
             "narrow the box's dim 0 to the swizzle width",
         )
 
     dword2 = (
-        _CONST_BIT1
-        | (rank - 1) << _RANK_SHIFT
-        | fmt << _FORMAT_SHIFT
-        | _SWIZZLE[swizzle] << _SWIZZLE_SHIFT
-        | _L2_PROMOTION[l2_promotion] << _L2_SHIFT
+        CONST_BIT1
+        | (rank - 1) << RANK_SHIFT
+        | fmt << FORMAT_SHIFT
+        | SWIZZLE_CODES[swizzle] << SWIZZLE_SHIFT
+        | L2_PROMOTION_CODES[l2_promotion] << L2_SHIFT
     )
-    if _span_bytes(dims, strides_bytes, elem_bytes) >= _SPAN_LIMIT:
-        dword2 |= _SPAN_FLAG
+    if _span_bytes(dims, strides_bytes, elem_bytes) >= SPAN_LIMIT:
+        dword2 |= SPAN_FLAG
     stride_lo = [(s >> 4) & 0xFFFFFFFF for s in strides_bytes] + [0] * (4 - len(strides_bytes))
     stride_hi = 0
     for i, s in enumerate(strides_bytes):
@@ -178,7 +179,7 @@ def _span_bytes(dims, strides_bytes, elem_bytes: int) -> int:
 
 
 def _check_address(address: int) -> None:
-    if address % 16 or not 0 <= address < _ADDRESS_LIMIT:
+    if address % 16 or not 0 <= address < ADDRESS_LIMIT:
         raise _fail(
             f"TMA global address 0x{address:x} is not 16-byte aligned (or beyond 2**57)",
             "pass tensors whose data pointer is 16-byte aligned (e.g. not a sliced view)",
