@@ -9,10 +9,15 @@ Modes (one at a time):
   --check         exit 1 and print a unified diff if any derived file is stale
   --list          print the instance ids of --profile (default: default), filtered by --kernels globs
   --explain ID    print one instance's spec, rule-by-rule validity, accumulator registers, SmemPlan and
-                  built launch contract
+                  built launch contract; exit 1 (saying why) if no profile ships ID
 
-Exit codes: 0 ok; 1 stale files (--check), unknown id (--explain) or unreadable manifest; 2 bad arguments
-or an invalid kernel_specs.yaml.
+The first two also report, on stderr, what each group drops (`drop_report`): per group, a line per reason
+(a codegen.validity rule or an exclude entry) with a count and an example id; with -v every dropped id
+with its reason. A group or profile that yields no instance, and a group in no profile, get a warning.
+A group listed twice in one profile is an error (codegen.matrix).
+
+Exit codes: 0 ok; 1 stale files (--check), an id no profile ships (--explain) or an unreadable manifest;
+2 bad arguments or an invalid kernel_specs.yaml.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from pathlib import Path
 
 import jinja2
 
-from codegen.matrix import Expansion, Matrix, MatrixError, load_matrix
+from codegen.matrix import Drop, Expansion, GroupExpansion, Matrix, MatrixError, load_matrix
 from codegen.validity import (
     BARRIER_RESERVE_BYTES,
+    RULES,
     SMEM_CAPACITY_BYTES,
     ab_budget_bytes,
     ab_stage_bytes,
@@ -59,6 +65,7 @@ class RegenArgs:
     profile: str | None
     kernels: list[str] | None
     manifest: Path | None
+    verbose: bool
 
     @property
     def out_root(self) -> Path:
@@ -79,7 +86,7 @@ def derived_files(matrix: Matrix) -> dict[Path, str]:
 def render_instances_md(matrix: Matrix) -> str:
     profiles = []
     for pname in matrix.profile_names:
-        exp = matrix.expand(pname)
+        exp = matrix.expand(pname, allow_empty=True)  # an empty profile is a warning (drop_report)
         prof = matrix.profiles[pname]
         by_reason: dict[str, list[str]] = {}
         for spec, reason in exp.dropped:
@@ -158,12 +165,78 @@ def regen(matrix: Matrix, root: Path, check: bool) -> list[Path]:
     return stale
 
 
+# --- what the expansion drops ------------------------------------------------------------------------
+
+
+def drop_report(matrix: Matrix, verbose: bool = False) -> tuple[list[str], list[str]]:
+    """What each group drops, and the warnings: (report lines, warning lines), deterministic.
+
+    Groups in file order; per group the reasons in codegen.validity's rule order, then exclude entries in
+    file order, each with its count and its first id (or, `verbose`, every dropped id, sorted, with its
+    reason). The reasons are the ones the expansion recorded (codegen.matrix.Drop), not re-derived here.
+    """
+    groups = {g: matrix.expand_group(g) for g in matrix.groups}
+    lines = [
+        f"dropped combinations by group ({_source(matrix)}; reasons from codegen/validity.py rules and "
+        f"exclude entries{'' if verbose else '; -v lists every id'}):"
+    ]
+    for g in groups.values():
+        lines += _group_drop_lines(g, verbose)
+
+    warnings = []
+    for g in groups.values():
+        if not g.specs:
+            warnings.append(
+                f"warning: group {g.name} yields no instance: all {g.n_combinations} combination(s) are "
+                "dropped"
+            )
+    used = {g for prof in matrix.profiles.values() for g in prof.groups}
+    for g in groups:
+        if g not in used:
+            warnings.append(f"warning: group {g} is in no profile: nothing ships its instances")
+    for pname, prof in matrix.profiles.items():
+        if not matrix.expand(pname, allow_empty=True).specs:
+            warnings.append(f"warning: profile {pname} yields no instance (groups: {', '.join(prof.groups)})")
+    return lines, warnings
+
+
+def _group_drop_lines(g: GroupExpansion, verbose: bool) -> list[str]:
+    head = f"  {g.name}: {g.n_combinations} combination(s), {len(g.specs)} kept, {len(g.dropped)} dropped"
+    if not g.dropped:
+        return [head]
+    if verbose:
+        return [head] + [f"    {d.spec.name()}: {_drop_text(d)}" for d in g.dropped]  # sorted by id
+    by_rule: dict[str, list[Drop]] = {}
+    for d in g.dropped:
+        by_rule.setdefault(d.rule, []).append(d)
+    order = {name: i for i, (name, _) in enumerate(RULES)}
+    lines = [head]
+    # validity rules in their order, then exclude entries in file order (groups.g.exclude[i], by i)
+    for rule in sorted(by_rule, key=lambda r: (order.get(r, len(order)), _exclude_index(r))):
+        drops = by_rule[rule]
+        first = drops[0]  # the smallest id: g.dropped is sorted
+        if first.excluded:
+            lines.append(f"    {first.reason}: {len(drops)}, e.g. {first.spec.name()}")
+        else:
+            lines.append(f"    rule {rule}: {len(drops)}, e.g. {first.spec.name()}: {first.reason}")
+    return lines
+
+
+def _drop_text(d: Drop) -> str:
+    return d.reason if d.excluded else f"rule {d.rule}: {d.reason}"
+
+
+def _exclude_index(rule: str) -> int:
+    return int(rule.rsplit("[", 1)[1].rstrip("]")) if rule.endswith("]") else -1
+
+
 # --- --explain -----------------------------------------------------------------------------------------
 
 
 def explain(matrix: Matrix, instance_id: str, manifest: Path | None, manifest_given: bool) -> int:
-    expansions = {p: matrix.expand(p) for p in matrix.profile_names}
-    known = sorted({s.name() for e in expansions.values() for s in _all_specs(e)})
+    expansions = {p: matrix.expand(p, allow_empty=True) for p in matrix.profile_names}
+    groups = [matrix.expand_group(g) for g in matrix.groups]
+    known = sorted({s.name() for g in groups for s in _all_specs(g)})
     try:
         spec = GemmSpec.parse(instance_id)
     except SpecError as e:
@@ -178,6 +251,8 @@ def explain(matrix: Matrix, instance_id: str, manifest: Path | None, manifest_gi
         for s, reason in e.dropped:
             if s == spec:
                 out.append(f"  dropped from profile {p}: {reason}")
+    verdicts = _group_verdicts(matrix, expansions, groups, spec)
+    out += [f"  group {g}: {verdict}" for g, verdict in verdicts]
     out.append("spec:")
     out += [
         f"  {k}: {json.dumps(v) if v is None or isinstance(v, bool) else v}"
@@ -192,15 +267,38 @@ def explain(matrix: Matrix, instance_id: str, manifest: Path | None, manifest_gi
     out += _smem_lines(spec)
     print("\n".join(out))
 
-    if instance_id not in known:
-        print(f"\n{instance_id} is not in any profile of {_source(matrix)}.", file=sys.stderr)
-        _suggest(instance_id, known)
+    if not shipped_in:
+        why = "; ".join(f"group {g}: {v}" for g, v in verdicts) or "no group's product contains it"
+        print(f"\nerror: {instance_id} is not in any profile of {_source(matrix)}: {why}", file=sys.stderr)
+        if not verdicts:
+            _suggest(instance_id, known)
         return 1
     return _print_manifest_record(instance_id, manifest, manifest_given)
 
 
-def _all_specs(e: Expansion) -> list[GemmSpec]:
-    return e.specs + [s for s, _ in e.dropped]
+def _group_verdicts(
+    matrix: Matrix, expansions: dict[str, Expansion], groups: list[GroupExpansion], spec: GemmSpec
+) -> list[tuple[str, str]]:
+    """(group, what it does with `spec`) for each group whose product contains it, in file order."""
+    verdicts = []
+    for g in groups:
+        drop = next((d for d in g.dropped if d.spec == spec), None)
+        if drop is not None:
+            verdicts.append((g.name, f"dropped: {_drop_text(drop)}"))
+        elif spec in g.specs:
+            profiles = [p for p, prof in matrix.profiles.items() if g.name in prof.groups]
+            filtered = [p for p in profiles if spec not in expansions[p].specs]
+            if not profiles:
+                verdicts.append((g.name, "kept, but the group is in no profile"))
+            elif filtered:
+                verdicts.append((g.name, f"kept; left out by the kernels: list of {', '.join(filtered)}"))
+            else:
+                verdicts.append((g.name, "kept"))
+    return verdicts
+
+
+def _all_specs(g: GroupExpansion) -> list[GemmSpec]:
+    return g.specs + [d.spec for d in g.dropped]
 
 
 def _register_lines(spec: GemmSpec) -> list[str]:
@@ -303,6 +401,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, help="profile for --list (default: default)")
     p.add_argument("--kernels", nargs="+", metavar="GLOB", help="id globs filtering --list")
     p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every dropped combination with its reason (default: a summary per group and reason)",
+    )
+    p.add_argument(
         "--manifest",
         type=Path,
         default=None,
@@ -320,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.manifest is not None and args.explain is None:
         parser.error("--manifest is only read by --explain")
+    if args.verbose and (args.list or args.explain is not None):
+        parser.error("-v/--verbose lists dropped combinations in a regen or --check run")
     try:
         matrix = load_matrix(args.spec)
         if args.list:
@@ -330,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             given = args.manifest is not None
             manifest = args.manifest if given else args.out_root / DEFAULT_MANIFEST
             return explain(matrix, args.explain, manifest, given)
+        report, warnings = drop_report(matrix, verbose=args.verbose)
+        print("\n".join(report + warnings), file=sys.stderr)
         stale = regen(matrix, args.out_root, check=args.check)
     except (MatrixError, SpecError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -4,7 +4,9 @@ Why: the YAML is the single source of truth for what ships, so it is parsed stri
 bad values are errors that name their path) and expanded the same way every time: a product
 of named axes, minus combinations the kernel cannot build (`codegen.validity`, with the reason kept) and
 minus explicit `exclude` entries, filtered by name globs, de-duplicated and sorted by instance id. Only
-`load_matrix` does I/O; everything after it is pure.
+`load_matrix` does I/O; everything after it is pure. What a group drops is kept with the rule (a
+`codegen.validity` rule name or an exclude entry's path) and its reason (`Matrix.expand_group`), so
+`build_tools.regen` can report it without re-deriving anything.
 
 Schema, version 1:
 
@@ -15,7 +17,9 @@ Schema, version 1:
         zip:      [{<field>: [<value>, ...], ...}, ...]      # equal-length lists vary together
         exclude:  [{<field>: <value> | [<value>, ...]}, ...] # drop instances matching every key of one entry
     profiles:
-      <profile>: {groups: [<group>, ...], kernels: [<id or glob>, ...]}   # kernels is optional
+      <profile>: {groups: [<group>, ...], kernels: [<id or glob>, ...]}  # kernels: optional
+
+A profile lists each group once (a repeat is an error: it would only hide a typo).
 
 `tile` and `cluster` values are themselves lists, so for these two a flat list of integers is one value
 (`tile: [128, 128]`) and a list of lists is several (`tile: [[128, 128], [64, 128]]`). A tile may be
@@ -35,11 +39,11 @@ from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
-from codegen.validity import why_unsupported
+from codegen.validity import RULES
 from runtime.spec import (
     FIELD_NAMES,
     REQUIRED_FIELDS,
@@ -56,6 +60,31 @@ _GLOB_CHARS = frozenset("*?[")
 
 class MatrixError(ValueError):
     """kernel_specs.yaml is malformed or a profile cannot be expanded. Messages start with the YAML path."""
+
+
+class Drop(NamedTuple):
+    """A combination a group does not ship: which rule dropped it and the rule's reason."""
+
+    spec: GemmSpec
+    rule: str  # a codegen.validity rule name (acc_registers) or an exclude entry's path (groups.g.exclude[0])
+    reason: str  # the rule's own message (codegen.validity) or the exclude entry rendered
+
+    @property
+    def excluded(self) -> bool:
+        return self.rule.startswith("groups.")
+
+
+@dataclass(frozen=True)
+class GroupExpansion:
+    """One group on its own: its distinct combinations, split into those it ships and those it drops."""
+
+    name: str
+    specs: list[GemmSpec]  # sorted by id, unique
+    dropped: list[Drop]  # sorted by id, unique
+
+    @property
+    def n_combinations(self) -> int:
+        return len(self.specs) + len(self.dropped)
 
 
 @dataclass(frozen=True)
@@ -109,11 +138,35 @@ class _Group:
                     f"groups.{self.name}: the combination {{{body}}} is not a spec: {e}"
                 ) from None
 
-    def excluded_by(self, spec: GemmSpec) -> str | None:
+    def drop(self, spec: GemmSpec) -> Drop | None:
+        """Why this group does not ship `spec`: the first failing validity rule, else the first matching
+        exclude entry; None if it ships it."""
+        for rule_name, rule in RULES:  # codegen.validity's order, as why_unsupported
+            reason = rule(spec)
+            if reason is not None:
+                return Drop(spec, rule_name, reason)
         for ex in self.excludes:
             if ex.matches(spec):
-                return ex.reason()
+                return Drop(spec, ex.path, ex.reason())
         return None
+
+    def expand(self) -> GroupExpansion:
+        kept: dict[str, GemmSpec] = {}
+        dropped: dict[str, Drop] = {}
+        for spec in self.candidates():
+            name = spec.name()
+            if name in kept or name in dropped:
+                continue  # the same spec from two rows (c_major dropped without C): same verdict
+            drop = self.drop(spec)
+            if drop is None:
+                kept[name] = spec
+            else:
+                dropped[name] = drop
+        return GroupExpansion(
+            name=self.name,
+            specs=[kept[n] for n in sorted(kept)],
+            dropped=[dropped[n] for n in sorted(dropped)],
+        )
 
 
 @dataclass(frozen=True)
@@ -135,11 +188,18 @@ class Matrix:
     def profile_names(self) -> list[str]:
         return list(self.profiles)  # file order
 
-    def expand(self, profile: str, only_globs: Sequence[str] = ()) -> Expansion:
+    def expand_group(self, group: str) -> GroupExpansion:
+        """One group's combinations, each shipped or dropped with its rule and reason (sorted by id)."""
+        if group not in self.groups:
+            raise MatrixError(f"groups.{group}: no such group; known: {', '.join(self.groups)}")
+        return self.groups[group].expand()
+
+    def expand(self, profile: str, only_globs: Sequence[str] = (), allow_empty: bool = False) -> Expansion:
         """Instances of `profile` (sorted by id, unique), optionally narrowed by id globs.
 
         Raises MatrixError for an unknown profile, a profile `kernels:` entry that names an instance the
-        groups do not ship (with the reason) or a glob that matches nothing, and an empty result.
+        groups do not ship (with the reason) or a glob that matches nothing, and an empty result (unless
+        `allow_empty`: regen reports an empty profile as a warning and still documents it).
         """
         if profile not in self.profiles:
             raise MatrixError(f"profiles.{profile}: no such profile; known: {', '.join(self.profiles)}")
@@ -148,16 +208,16 @@ class Matrix:
         dropped: dict[str, tuple[GemmSpec, str]] = {}
         group_of: dict[str, str] = {}
         for gname in prof.groups:
-            group = self.groups[gname]
-            for spec in group.candidates():
+            gexp = self.expand_group(gname)
+            for spec in gexp.specs:
                 name = spec.name()
-                reason = why_unsupported(spec) or group.excluded_by(spec)
-                if reason is None:
-                    kept[name] = spec
-                    group_of.setdefault(name, gname)
-                    dropped.pop(name, None)  # another group ships it after all
-                elif name not in kept and name not in dropped:
-                    dropped[name] = (spec, reason)
+                kept[name] = spec
+                group_of.setdefault(name, gname)
+                dropped.pop(name, None)  # another group ships it after all
+            for drop in gexp.dropped:
+                name = drop.spec.name()
+                if name not in kept and name not in dropped:
+                    dropped[name] = (drop.spec, drop.reason)
 
         if prof.kernels:
             for i, pat in enumerate(prof.kernels):
@@ -174,7 +234,7 @@ class Matrix:
                     )
             kept = _filter(kept, prof.kernels)
             dropped = _filter(dropped, prof.kernels)
-        if not kept:
+        if not kept and not allow_empty:
             raise MatrixError(f"profiles.{profile}: expands to zero instances ({len(dropped)} dropped)")
 
         if only_globs:
@@ -288,9 +348,13 @@ def _parse_profile(name: str, body: Any, groups: dict[str, _Group]) -> _Profile:
     gnames = body["groups"]
     if not isinstance(gnames, list) or not gnames or not all(isinstance(g, str) for g in gnames):
         raise MatrixError(f"{path}.groups: must be a non-empty list of group names")
-    for g in gnames:
+    for i, g in enumerate(gnames):
         if g not in groups:
             raise MatrixError(f"{path}.groups: unknown group {g!r}; known groups: {', '.join(groups)}")
+        if g in gnames[:i]:
+            raise MatrixError(
+                f"{path}.groups[{i}]: group {g!r} is listed twice in profile {name}; list each group once"
+            )
     kernels = body.get("kernels", [])
     if not isinstance(kernels, list) or not all(isinstance(k, str) and k for k in kernels):
         raise MatrixError(f"{path}.kernels: must be a list of instance ids or globs")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from codegen.matrix import Matrix, MatrixError, load_matrix, parse_matrix
-from codegen.validity import why_unsupported
+from codegen.validity import check_rules, why_unsupported
 from runtime.spec import GemmSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -347,6 +347,10 @@ SCHEMA_ERRORS = [
         "profiles.default.groups: unknown group 'nope'; known groups: g",
     ),
     ({"profiles.default": {"groups": []}}, "profiles.default.groups: must be a non-empty list"),
+    (
+        {"profiles.default": {"groups": ["g", "g"]}},
+        "profiles.default.groups[1]: group 'g' is listed twice in profile default; list each group once",
+    ),
     ({"profiles.default": {"groups": ["g"], "kernel": []}}, "profiles.default.kernel: unknown key"),
     (
         {"profiles.default": {"groups": ["g"], "kernels": ["sm90_bogus"]}},
@@ -371,6 +375,9 @@ def test_profile_expanding_to_zero_instances_is_an_error():
     data = small(**{"groups.g.exclude": [{"a_dtype": ["bf16", "fp16"]}]})
     with pytest.raises(MatrixError, match="profiles.default: expands to zero instances"):
         expand(data)
+    # regen documents (and warns about) an empty profile instead
+    exp = parse_matrix(data).expand("default", allow_empty=True)
+    assert exp.specs == [] and len(exp.dropped) == 8
 
 
 def test_exact_kernel_that_is_unsupported_is_an_error_with_the_reason():
@@ -407,3 +414,55 @@ def test_yaml_duplicate_keys_and_syntax_errors(tmp_path):
     broken.write_text("version: [1\n")
     with pytest.raises(MatrixError, match="not valid YAML"):
         load_matrix(broken)
+
+
+# --- per-group drops: the rule and its reason, recorded by the expansion ---------------------------------
+
+
+def test_expand_group_records_the_rule_and_reason_of_each_drop():
+    data = small(
+        **{
+            "groups.g.axes.tile": [[128, 128], [256, 256]],
+            "groups.g.axes.cluster": [[1, 1], [4, 4]],
+            "groups.g.exclude": [{"a_dtype": "fp16", "tile": [128, 128]}],
+        }
+    )
+    g = parse_matrix(data).expand_group("g")
+    assert g.name == "g" and g.n_combinations == 8
+    assert [s.name() for s in g.specs] == ["sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"]
+    names = [d.spec.name() for d in g.dropped]
+    assert names == sorted(names) and len(set(names)) == 7
+    rules = {d.spec.name(): d.rule for d in g.dropped}
+    # a validity rule wins over an exclude entry: fp16 128x128 c4x4 counts under cluster_size
+    assert Counter(rules.values()) == {"acc_registers": 4, "cluster_size": 2, "groups.g.exclude[0]": 1}
+    for d in g.dropped:
+        if d.excluded:  # an exclude entry's path, its reason rendered from the entry
+            assert d.reason == "excluded by groups.g.exclude[0] {a_dtype: fp16, tile: [128, 128]}"
+        else:  # the first failing codegen.validity rule and its own message, never re-derived
+            assert d.reason == why_unsupported(d.spec) == dict(check_rules(d.spec))[d.rule]
+    # the profile's expansion keeps the same reasons
+    exp = parse_matrix(data).expand("default")
+    assert exp.dropped == [(d.spec, d.reason) for d in g.dropped]
+
+
+def test_validity_wins_over_exclude_and_each_id_is_dropped_once():
+    data = small(**{"groups.g.axes.c_dtype": None, "groups.g.axes.c_major": ["n", "m"]})  # rows repeat
+    g = parse_matrix(data).expand_group("g")
+    assert len(g.specs) == 8 and g.dropped == []
+    data = small(**{"groups.g.axes.fp8_fast_accum": True, "groups.g.exclude": [{"a_dtype": "fp16"}]})
+    g = parse_matrix(data).expand_group("g")
+    assert g.specs == [] and {d.rule for d in g.dropped} == {"fast_accum"}
+
+
+def test_expand_group_of_an_unknown_group():
+    with pytest.raises(MatrixError, match="groups.nope: no such group; known: g"):
+        parse_matrix(SMALL).expand_group("nope")
+
+
+def test_committed_groups_drop_only_for_known_reasons(committed):
+    """Every group ships something; what the committed spec drops is the fp8 promoted accumulator limit
+    (acc_registers) and its own exclude entries: a new kind of drop shows up here and in regen's summary."""
+    for name in committed.groups:
+        g = committed.expand_group(name)
+        assert g.specs, name
+        assert all(d.rule == "acc_registers" or d.excluded for d in g.dropped), name
