@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from build_tools.verify_wheel import build_wheel
 from tests.conftest import REPO, build_cache_dir, have_compiler_tier
 
 pytestmark = pytest.mark.compiler
@@ -28,25 +28,10 @@ def wheel(tmp_path_factory) -> Path:
     why = have_compiler_tier()
     if why:
         pytest.skip(why)
-    out = tmp_path_factory.mktemp("wheel")
-    env = {**os.environ, "HGEMM_PROFILE": "ci", "HGEMM_BUILD_CACHE": str(build_cache_dir())}
-    # --no-build-isolation: this environment already has the build requirements (requirements-test.txt),
-    # and the shared build cache makes the compile a cache hit after the oracle tests.
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        str(REPO),
-        "--no-deps",
-        "--no-build-isolation",
-        "-w",
-        str(out),
-    ]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    (whl,) = out.glob("hgemm_sm90-*.whl")
-    return whl
+    # The shared build cache makes the compile a cache hit after the oracle tests; the build helper (also
+    # used by the reproducibility test and `python -m build_tools.verify_wheel`) builds with
+    # --no-build-isolation: this environment already has the build requirements (requirements-test.txt).
+    return build_wheel(REPO, tmp_path_factory.mktemp("wheel"), profile="ci", cache=build_cache_dir())
 
 
 def test_wheel_holds_only_cubins_python_and_json(wheel):
