@@ -5,7 +5,13 @@ Runs on a CPU-only machine. For each instance of the profile: look it up in the 
 facts (codegen/cubin_info.py), capture its launch contract by running the DSL's own host code against a
 stub CUDA runtime (codegen/contract.py), and store the entry. Then copy the cubins into the output
 directory and write `manifest.json` last, atomically: a crash never leaves a manifest that
-names a missing cubin.
+names a missing cubin. Facts of the run (what was compiled or cached, compile seconds) go to
+`build_report.json` in the same directory, never into the manifest: CMakeLists.txt installs only `*.cubin`
+and `manifest.json` from it, so the report does not reach the wheel, and two builds of one commit ship the
+same bytes.
+
+What can be checked before compiling is checked first, each failure one line naming the fix (exit 1): the
+spec file and the profile (codegen/matrix.py), the pinned DSL and the C compiler (codegen/toolchain.py).
 
 A failing instance fails the build with its id and the DSL's message; `--keep-going` collects every
 failure first and reports them together (still exiting non-zero).
@@ -14,25 +20,28 @@ failure first and reports them together (still exiting non-zero).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
 from runtime.contract import Manifest
-from runtime.spec import GemmSpec
+from runtime.spec import GemmSpec, SpecError
 
 from .cache import BuildCache, CacheEntry, cache_key
-from .matrix import load_matrix
-from .toolchain import ToolchainError, check_pinned_dsl, toolchain_stamp
+from .matrix import MatrixError, load_matrix
+from .toolchain import ToolchainError, check_c_compiler, check_pinned_dsl, toolchain_stamp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_REPORT = "build_report.json"  # beside manifest.json; not installed (CMakeLists.txt), not shipped
 
 
 class BuildError(RuntimeError):
@@ -49,6 +58,8 @@ def _worker_init() -> None:
     from .dsl import configure_environment
 
     _WORKER_DUMP_DIR = tempfile.mkdtemp(prefix="hgemm-dsl-dump-")
+    # The DSL dumps intermediates there; spawn workers run atexit handlers when the pool shuts down cleanly.
+    atexit.register(shutil.rmtree, _WORKER_DUMP_DIR, True)
     configure_environment(_WORKER_DUMP_DIR)
 
 
@@ -69,15 +80,13 @@ def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> Cache
         info = parse_cubin(compiled.cubin)
         record = capture_contract(spec, compiled, info, Path(tmp) / "oracle")
         check_no_spills(spec, record.stats)
-        record = replace(
-            record, stats={**record.stats, "compile_seconds": round(compiled.compile_seconds, 3)}
-        )
         key = cache_key(spec.to_json(), stamp)
         return cache.store(
             key,
             {"kernel.cubin": compiled.cubin, "host.o": compiled.host_object, "host.h": compiled.host_header},
             record,
             host_function={"prefix": compiled.prefix, "name": compiled.function_name},
+            compile_seconds=compiled.compile_seconds,  # a build fact: the cache's index, not the record
         )
 
 
@@ -126,17 +135,26 @@ def build_entries(
     jobs: int,
     keep_going: bool = False,
     progress: bool = True,
+    outcome: dict[str, str] | None = None,
 ) -> dict[str, CacheEntry]:
-    """Compile (or fetch from cache) every spec; returns id -> cache entry. Raises BuildError on failure."""
+    """Compile (or fetch from cache) every spec; returns id -> cache entry. Raises BuildError on failure.
+
+    Every cache hit is verified (codegen/cache.py); a damaged entry is rebuilt, with one warning line.
+    `outcome`, if given, is filled with id -> "cached", "compiled" or "rebuilt" (was damaged)."""
     stamp = toolchain_stamp()
     entries: dict[str, CacheEntry] = {}
     missing: list[GemmSpec] = []
+    how: dict[str, str] = {}
     for spec in specs:
-        hit = cache.lookup(cache_key(spec.to_json(), stamp))
+        key = cache_key(spec.to_json(), stamp)
+        present = cache.entry_path(key).exists()
+        hit = cache.lookup(key, name=spec.name())
         if hit is not None:
             entries[spec.name()] = hit
+            how[spec.name()] = "cached"
         else:
             missing.append(spec)
+            how[spec.name()] = "rebuilt" if present else "compiled"
     failures: list[tuple[str, str]] = []
     if missing:
         from tqdm import tqdm
@@ -157,6 +175,8 @@ def build_entries(
                         other.cancel()
                     break
         bar.close()
+    if outcome is not None:
+        outcome.update({name: how[name] for name in entries})
     if failures:
         detail = "\n\n".join(f"--- {name}\n{err}" for name, err in failures)
         hint = "" if keep_going else " (use --keep-going to collect every failure)"
@@ -192,29 +212,79 @@ def write_kernel_dir(entries: dict[str, CacheEntry], out: Path, profile: str) ->
     return manifest
 
 
-def run(args: BuildArgs) -> Manifest:
-    check_pinned_dsl()
-    matrix = load_matrix(args.spec)
-    expansion = matrix.expand(args.profile, only_globs=tuple(args.kernels))
+def write_build_report(
+    out: Path, profile: str, entries: dict[str, CacheEntry], outcome: dict[str, str], seconds: float
+) -> Path:
+    """`out`/build_report.json: the facts of this run, which differ between two builds of one commit."""
+    instances = {
+        name: {"from": outcome.get(name, "cached"), "compile_seconds": entries[name].compile_seconds}
+        for name in sorted(entries)
+    }
+    counts = {
+        how: sum(1 for i in instances.values() if i["from"] == how)
+        for how in ("cached", "compiled", "rebuilt")
+    }
+    doc = {"profile": profile, "seconds": round(seconds, 3), **counts, "instances": instances}
+    path = out / BUILD_REPORT
+    _write_atomic(path, (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
+    return path
+
+
+def plan(args: BuildArgs) -> list[GemmSpec]:
+    """Everything that can fail before a compile, checked in order of cost; returns the specs to build.
+    Each failure is a one-line BuildError or ToolchainError naming the fix."""
+    try:
+        matrix = load_matrix(args.spec)
+        if args.profile not in matrix.profiles:
+            raise BuildError(
+                f"unknown profile {args.profile!r}; set HGEMM_PROFILE (or --profile) to one of the profiles "
+                f"of {args.spec.name}: {', '.join(matrix.profiles)}"
+            )
+        expansion = matrix.expand(args.profile, only_globs=tuple(args.kernels))
+    except OSError as exc:
+        raise BuildError(
+            f"cannot read the spec file {args.spec}: {exc.strerror or exc}; pass --spec PATH"
+        ) from None
+    except (MatrixError, SpecError) as exc:
+        msg = _one_line(exc)
+        where = "" if str(args.spec) in msg else f"{args.spec}: "
+        raise BuildError(f"{where}{msg}") from None
     if not expansion.specs:
         raise BuildError(f"profile {args.profile!r} with --kernels {args.kernels} selects no instance")
+    check_c_compiler()
+    check_pinned_dsl()
+    return list(expansion.specs)
+
+
+def run(args: BuildArgs) -> Manifest:
+    specs = plan(args)
     t0 = time.perf_counter()
+    outcome: dict[str, str] = {}
     entries = build_entries(
-        expansion.specs,
+        specs,
         cache=BuildCache(args.cache_dir),
         jobs=args.jobs,
         keep_going=args.keep_going,
         progress=not args.quiet,
+        outcome=outcome,
     )
     manifest = write_kernel_dir(entries, args.out, args.profile)
+    seconds = time.perf_counter() - t0
+    report = write_build_report(args.out, args.profile, entries, outcome, seconds)
     if not args.quiet:
         total = sum(r.cubin_bytes for r in manifest.instances.values())
+        cached = sum(1 for how in outcome.values() if how == "cached")
         print(
             f"hgemm-sm90: {len(entries)} instances of profile {args.profile!r} -> {args.out} "
-            f"({total / 1e6:.1f} MB of cubins, {time.perf_counter() - t0:.1f} s)",
+            f"({len(entries) - cached} compiled, {cached} from the cache; {total / 1e6:.1f} MB of cubins, "
+            f"{seconds:.1f} s; report: {report})",
             file=sys.stderr,
         )
     return manifest
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     args = BuildArgs(**vars(p.parse_args(argv)))
     try:
         run(args)
-    except (BuildError, ToolchainError) as exc:
+    # Checked before any compile: one line, no traceback.
+    except (MatrixError, SpecError, ToolchainError) as exc:
+        print(f"hgemm-sm90 build failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except BuildError as exc:  # instance failures carry the DSL's message (several lines each)
         print(f"hgemm-sm90 build failed: {exc}", file=sys.stderr)
         return 1
     return 0

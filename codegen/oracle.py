@@ -34,6 +34,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .toolchain import c_compiler
+
 STUB_SOURCE = Path(__file__).with_name("oracle_stub.c")
 
 # Keep in sync with oracle_stub.c.
@@ -384,7 +386,7 @@ def build_oracle(
     device_attributes=None,
     kernel_attributes=None,
     device: int = 0,
-    cc: str = "cc",
+    cc: str | None = None,  # default: codegen.toolchain.c_compiler() ($CC, else cc)
 ) -> Oracle:
     """Link `obj_path` (from export_to_c) with the stub, load it and run the module loader.
 
@@ -396,7 +398,7 @@ def build_oracle(
     workdir.mkdir(parents=True, exist_ok=True)
     lib_path = workdir / f"oracle_{obj_path.stem}.so"
     cmd = [
-        cc,
+        *([cc] if cc else c_compiler()),
         "-shared",
         "-fPIC",
         "-O1",

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
+import shlex
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -148,3 +151,28 @@ def check_pinned_dsl() -> str:
             "PINNED_DSL_VERSION (and pyproject.toml) after re-running the CPU oracle tests"
         )
     return found
+
+
+def c_compiler() -> list[str]:
+    """The C compiler command the oracle links with (codegen/oracle.py): $CC if set (it may carry
+    options, e.g. `ccache gcc`), else `cc`."""
+    words = shlex.split(os.environ.get("CC", "").strip())
+    return words or ["cc"]
+
+
+def check_c_compiler() -> list[str]:
+    """The C compiler command, or ToolchainError naming the fix if its program does not exist: checked
+    before any compile, because the oracle needs it after every compile."""
+    try:
+        cmd = c_compiler()
+    except ValueError as exc:  # shlex: an unbalanced quote
+        raise ToolchainError(
+            f"CC={os.environ.get('CC')!r} is not a valid command ({exc}); fix or unset CC"
+        ) from None
+    if shutil.which(cmd[0]) is None:
+        origin = f"CC={os.environ['CC']!r}" if os.environ.get("CC", "").strip() else "the default `cc`"
+        raise ToolchainError(
+            f"no C compiler: {cmd[0]!r} ({origin}) is not an executable on PATH; the DSL host-code oracle "
+            "links with it. Install one (e.g. `apt-get install gcc`) or set CC to a C compiler"
+        )
+    return cmd

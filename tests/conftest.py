@@ -31,27 +31,62 @@ def pytest_configure(config):
 
     from codegen.dsl import configure_environment
 
-    configure_environment(tempfile.mkdtemp(prefix="hgemm-test-dsl-dump-"))
+    dump = tempfile.mkdtemp(prefix="hgemm-test-dsl-dump-")
+    config.add_cleanup(lambda: shutil.rmtree(dump, ignore_errors=True))
+    configure_environment(dump)
+
+
+REQUIRE_COMPILER_TIER = "HGEMM_REQUIRE_COMPILER_TIER"  # CI sets it to 1 (.ci/run)
+_COMPILER_PASSED_IDS: list[str] = []  # `compiler` tests that passed in this session
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip every test marked `compiler` where the CPU build tier cannot run (no DSL, or no cc), so that a
-    machine without them gets skips that say why instead of import errors and failures."""
+    """Skip every test marked `compiler` where the CPU build tier cannot run (no DSL, or no C compiler), so
+    that a machine without them gets skips that say why instead of import errors and failures.
+
+    With HGEMM_REQUIRE_COMPILER_TIER=1 (CI) the tier cannot be skipped silently: a missing DSL or compiler
+    is a usage error, and a session in which no `compiler` test passed fails (pytest_sessionfinish)."""
     why = have_compiler_tier()
     if why is None:
         return
+    if os.environ.get(REQUIRE_COMPILER_TIER) == "1":
+        raise pytest.UsageError(f"{REQUIRE_COMPILER_TIER}=1 but the compiler tier cannot run: {why}")
     skip = pytest.mark.skip(reason=why)
     for item in items:
         if item.get_closest_marker("compiler") is not None:
             item.add_marker(skip)
 
 
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed and "compiler" in report.keywords:
+        _COMPILER_PASSED_IDS.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get(REQUIRE_COMPILER_TIER) != "1" or _COMPILER_PASSED_IDS:
+        return
+    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = f"{REQUIRE_COMPILER_TIER}=1 but no test marked `compiler` passed: the compiler tier did not run"
+        if reporter is not None:
+            reporter.write_line(f"ERROR: {msg}", red=True)
+        else:
+            print(f"ERROR: {msg}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def have_compiler_tier() -> str | None:
     """None if the CPU build tier can run here, else why not."""
     if importlib.util.find_spec("cutlass") is None:
         return "the CuTe DSL (nvidia-cutlass-dsl) is not installed"
-    if shutil.which("cc") is None:
-        return "no C compiler (cc) for the DSL host-code oracle"
+    from codegen.toolchain import c_compiler
+
+    try:
+        cc = c_compiler()[0]
+    except ValueError:
+        return f"CC={os.environ.get('CC')!r} is not a valid command"
+    if shutil.which(cc) is None:
+        return f"no C compiler ({cc}; set CC) for the DSL host-code oracle"
     return None
 
 
