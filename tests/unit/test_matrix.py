@@ -144,14 +144,44 @@ def test_committed_ci_profile_covers_each_feature_within_budget(committed):
     assert any(s.has_c for s in specs) and any(not s.has_c for s in specs)
 
 
-@pytest.mark.parametrize("profile", ["default", "ci"])
+def test_committed_full_profile_is_everything_the_kernel_builds_at_scale(committed):
+    """The `full` profile (build at scale, not shipped): the default profile plus full_* groups that widen
+    the axes to every value the validity rules accept; what those groups drop is the rules' refusals, plus
+    the one exclude entry for specs the rules accept but that spill (kernel_specs.yaml full_tiles)."""
+    full = committed.expand("full")
+    default = committed.expand("default")
+    assert len(full.specs) >= 1000
+    assert set(default.names()) <= set(full.names())
+    assert all(why_unsupported(s) is None for s in full.specs)
+    own = [g for g in committed.profiles["full"].groups if g not in committed.profiles["default"].groups]
+    assert own and all(g.startswith("full_") for g in own)
+    rules = {name for name, _ in check_rules(full.specs[0])}
+    for g in own:
+        dropped = committed.expand_group(g).dropped
+        assert all(d.rule in rules or d.rule == "groups.full_tiles.exclude[0]" for d in dropped), g
+    specs = full.specs
+    # every dtype pairing the rules accept, fp8 fast and promoted, every output
+    pairs = {(s.a_dtype, s.b_dtype) for s in specs}
+    assert pairs == {("bf16", "bf16"), ("fp16", "fp16")} | set(itertools.product(("e4m3", "e5m2"), repeat=2))
+    assert {s.d_dtype for s in specs} == {"bf16", "fp16", "fp32", "e4m3", "e5m2"}
+    assert {s.fp8_fast_accum for s in specs if s.a_dtype.is_float8} == {False, True}
+    # every layout, C dtype and major, schedule and cluster shape
+    assert {(s.a_major, s.b_major, s.d_major) for s in specs} == set(itertools.product("km", "kn", "nm"))
+    c_layouts = {(s.c_dtype, s.c_major) for s in specs if s.has_c}
+    assert c_layouts == set(itertools.product(("bf16", "fp16", "fp32"), "nm"))
+    assert {s.schedule for s in specs} == {"cooperative", "pingpong"}
+    assert {s.cluster for s in specs} == {(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)}
+    assert {s.tile[:2] for s in specs} >= {s.tile[:2] for s in default.specs}
+
+
+@pytest.mark.parametrize("profile", ["default", "ci", "full"])
 def test_every_expanded_name_round_trips(committed, profile):
     exp = committed.expand(profile)
     for s in exp.specs + [d for d, _ in exp.dropped]:
         assert GemmSpec.parse(s.name()) == s
 
 
-@pytest.mark.parametrize("profile", ["default", "ci"])
+@pytest.mark.parametrize("profile", ["default", "ci", "full"])
 def test_expansion_is_deterministic_sorted_and_unique(profile):
     first = load_matrix(SPEC_FILE).expand(profile)
     second = load_matrix(SPEC_FILE).expand(profile)
@@ -461,8 +491,12 @@ def test_expand_group_of_an_unknown_group():
 
 def test_committed_groups_drop_only_for_known_reasons(committed):
     """Every group ships something; what the committed spec drops is the fp8 promoted accumulator limit
-    (acc_registers) and its own exclude entries: a new kind of drop shows up here and in regen's summary."""
+    (acc_registers) and its own exclude entries: a new kind of drop shows up here and in regen's summary.
+    The `full` profile's own groups (full_*) leave the product to every rule on purpose: the full-profile
+    test checks theirs."""
     for name in committed.groups:
         g = committed.expand_group(name)
+        if name.startswith("full_"):
+            continue
         assert g.specs, name
         assert all(d.rule == "acc_registers" or d.excluded for d in g.dropped), name
