@@ -30,42 +30,18 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from build_tools.bench import Shape  # MxNxK[xBATCH], parsed and printed as the benchmark does
+
 REPO = Path(__file__).resolve().parents[2]
 TAG = "hgemm-sanitizer-child:"
-FP8 = ("e4m3", "e5m2")
 NATURAL_MAJOR = {"a": "k", "b": "k", "d": "n"}  # the default layout, "kkn"
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}
-
-
-# --- shapes --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-
-    @classmethod
-    def parse(cls, text: str) -> Shape:
-        try:
-            dims = [int(x) for x in text.lower().split("x")]
-        except ValueError:
-            dims = []
-        if len(dims) not in (3, 4) or min(dims) <= 0:
-            raise argparse.ArgumentTypeError(f"shape {text!r} is not MxNxK or MxNxKxBATCH")
-        return cls(*dims)
-
-    def __str__(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch > 1 else "")
 
 
 # --- which instances: one representative per kernel family ---------------------------------------------
 
 
 def input_kind(inst) -> str:
-    fp8 = inst.a_dtype in FP8 or inst.b_dtype in FP8
+    fp8 = inst.a_dtype.is_float8 or inst.b_dtype.is_float8  # the instance spec's DType facts
     if not fp8:
         return "16-bit"
     return "fp8 fast accumulation" if inst.fp8_fast_accum else "fp8 promoted accumulation"
@@ -87,7 +63,7 @@ def required_features(inst) -> set[tuple]:
         ("tile family", tile_family(inst)),  # tile M x N and schedule: the mainloop/epilogue structure
         ("cluster", f"{inst.cluster[0]}x{inst.cluster[1]}"),  # TMA multicast and cluster barriers
         ("inputs", input_kind(inst)),  # 16-bit, fp8 promoted, fp8 fast
-        ("D element bytes", ELEM_BYTES[inst.d_dtype]),  # the epilogue's shared-memory staging width
+        ("D element bytes", inst.d_dtype.bytes),  # the epilogue's shared-memory staging width
         ("C", f"{inst.c_major}-major C" if inst.has_c else "no C"),  # the epilogue reads C (and how)
     }
     if inst.has_c and (inst.c_dtype, inst.c_major) != (inst.d_dtype, inst.d_major):
