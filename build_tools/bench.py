@@ -540,8 +540,11 @@ def interleaved(
 
 
 def bench_shape(
-    torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchArgs, stream, env: dict
+    torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchArgs, stream, env: dict, keep=frozenset()
 ) -> dict:
+    """Time ``cands`` and cuBLAS on one shape (the method in this module's docstring). Instances whose id is
+    in ``keep`` reach the full rounds even if the screen would drop them (build_tools/tune.py's evaluation
+    times the dispatched instance that way)."""
     layouts = {Layout()} | {Layout.of(i) for i in cands}  # cuBLAS runs on Layout()
     nbytes = set_bytes(shape, combo)
     nsets = sets_needed(max(set_bytes(shape, combo, lay) for lay in layouts), env["l2_bytes"])
@@ -598,13 +601,14 @@ def bench_shape(
     if top and any(sum(r.series == s for r in ours) > top for s in {r.series for r in ours}):
         screened = True
         interleaved(torch, ours, args.screen_reps, args.screen_iters, stream, "screen_ms", env["lead_cycles"])
-        keep = []
+        finalists = []
         for s in sorted({r.series for r in ours}, key=SERIES_ORDER.index):
-            keep += sorted((r for r in ours if r.series == s), key=lambda r: min(r.screen_ms))[:top]
+            finalists += sorted((r for r in ours if r.series == s), key=lambda r: min(r.screen_ms))[:top]
+        finalists += [r for r in ours if r.name in keep and r not in finalists]
         for r in ours:
-            if r not in keep:
+            if r not in finalists:
                 r.graph = None  # free the graph's resources
-        live = [r for r in live if r.kind == "cublas"] + keep
+        live = [r for r in live if r.kind == "cublas"] + finalists
     interleaved(torch, live, args.reps, args.iters, stream, "ms", env["lead_cycles"])
     for r in runners:
         r.graph = None

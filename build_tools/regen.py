@@ -46,6 +46,7 @@ from codegen.validity import (
     register_plan,
     smem_plan,
 )
+from runtime.errors import CorruptArtifactError
 from runtime.spec import GemmSpec, SpecError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +141,18 @@ def _jinja() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+
+
+def tuning_table_strays(matrix: Matrix, root: Path) -> list[str]:
+    """Instance ids the shipped tuning table (runtime/tuning.json) names but the default profile, what the
+    wheel ships, does not: dispatch would skip them silently, so the table is stale."""
+    path = root / "runtime" / "tuning.json"
+    if not path.exists():
+        return []
+    from runtime import tuning  # only here: the rest of regen never reads the table
+
+    shipped = set(matrix.expand("default").names())
+    return sorted(tuning.load(str(path)).instance_ids() - shipped)
 
 
 def regen(matrix: Matrix, root: Path, check: bool) -> list[Path]:
@@ -439,9 +452,18 @@ def main(argv: list[str] | None = None) -> int:
         report, warnings = drop_report(matrix, verbose=args.verbose)
         print("\n".join(report + warnings), file=sys.stderr)
         stale = regen(matrix, args.out_root, check=args.check)
-    except (MatrixError, SpecError, OSError) as e:
+        unshipped = tuning_table_strays(matrix, args.out_root)
+    except (MatrixError, SpecError, OSError, CorruptArtifactError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if unshipped:
+        print(
+            f"error: runtime/tuning.json names {len(unshipped)} instance(s) the default profile no longer "
+            f"ships ({', '.join(unshipped[:3])}{', ...' if len(unshipped) > 3 else ''}); re-run "
+            "python -m build_tools.tune on a GPU (docs/DISPATCH.md) or restore the instances",
+            file=sys.stderr,
+        )
+        return 1
     if args.check and stale:
         print(
             f"error: stale derived file(s): {', '.join(map(str, stale))}; run python -m build_tools.regen",

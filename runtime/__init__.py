@@ -16,11 +16,15 @@ from .errors import (
     KnobError,
     MissingDependencyError,
     NoDeviceError,
+    NoInstanceError,
     UnknownInstanceError,
     UnsupportedDeviceError,
 )
 
 __all__ = [
+    "gemm",
+    "select",
+    "Choice",
     "Instance",
     "instances",
     "launch",
@@ -33,21 +37,30 @@ __all__ = [
     "KnobError",
     "MissingDependencyError",
     "NoDeviceError",
+    "NoInstanceError",
     "UnknownInstanceError",
     "UnsupportedDeviceError",
 ]
 
 
-_API = ("Instance", "instances", "launch")
+# name -> the submodule that defines it
+_API = {
+    "Instance": "api",
+    "instances": "api",
+    "launch": "api",
+    "gemm": "gemm",
+    "select": "dispatch",
+    "Choice": "dispatch",
+}
 
 
 def __getattr__(name):
-    # The launch API is imported on first use, so `import hgemm_sm90` stays a sub-millisecond import that
-    # needs no GPU, driver or cuda-bindings.
+    # The API is imported on first use, so `import hgemm_sm90` stays a sub-millisecond import that needs no
+    # GPU, driver or cuda-bindings.
     if name in _API:
-        from . import api
+        import importlib
 
-        value = getattr(api, name)
+        value = getattr(importlib.import_module(f".{_API[name]}", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'hgemm_sm90' has no attribute {name!r}")

@@ -205,3 +205,18 @@ class DeviceMismatchError(HgemmError, ValueError):
             f"move the operand to device {target_device}, or launch on a stream of device {pointer_device}",
             instance,
         )
+
+
+class NoInstanceError(HgemmError, LookupError):
+    """No shipped instance can run the problem (its dtypes, layouts or C); ``nearest`` holds the ids of
+    the closest shipped instances (fewest differing dtype/layout/C fields), for the message and for callers."""
+
+    def __init__(self, wanted: str, nearest=()):
+        self.wanted, self.nearest = wanted, tuple(nearest)
+        listed = ", ".join(self.nearest) if self.nearest else "none"
+        super().__init__(
+            f"no shipped kernel instance computes {wanted}",
+            f"the nearest shipped instances are: {listed}. Convert the operands to a shipped combination "
+            "(python -m hgemm_sm90 list shows them), or add the combination to kernel_specs.yaml and rebuild "
+            "the wheel",
+        )

@@ -55,6 +55,10 @@ class Runtime:
         self.devices = Devices(self)
         self.kernels = KernelCache(self)
         self.plans: dict[str, LaunchPlan] = {}
+        # Dispatch (runtime/dispatch.py): choices by select()'s exact arguments, and the manifest's
+        # instances grouped by problem class (built on the first choice).
+        self.choices: dict = {}
+        self.instance_classes: dict | None = None
         # Whether each launch asks the driver where its operands live (HGEMM_CHECK_POINTERS): decided on
         # the first launch (it needs the device count), so before any launch entry exists.
         self.check_pointers: bool | None = None

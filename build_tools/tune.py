@@ -1,0 +1,378 @@
+"""`python -m build_tools.tune`: measure the tuning table that dispatch ships (runtime/tuning.json), and
+`python -m build_tools.tune evaluate`: judge dispatch on shapes the table does not contain.
+
+Maintainer commands, run on a GPU with the wheel installed and torch available (docs/DISPATCH.md).
+
+`tune` times, at every point of the grid below and for every tuned problem class, all shipped instances of
+the class together with cuBLAS, by the method of build_tools/bench.py (`bench_shape`): clocks warmed up
+first (the H200 throttles to its 700 W cap within seconds), every candidate screened in interleaved short
+rounds, then the `--top` fastest per class re-timed with cuBLAS in interleaved full rounds (CUDA events;
+graph replays for small problems; inputs rotated to defeat L2 for small problems), medians kept. Each
+point's finalists and their times are written to the table as soon as the point is done, so an
+interrupted run resumes where it stopped (`--resume`, the default when --out exists). A progress line per
+point says how far it is and how long is left.
+
+The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
+projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
+28672 x 4096, down 4096 x 14336), 70B-like (hidden 8192: QKV 10240 x 8192, O 8192 x 8192, down
+8192 x 28672) and 1B-class (hidden 2048, FFN 8192: gate+up 16384 x 2048, down 2048 x 8192) layers, and
+squares' columns (1024, 2048, 4096, 16384; 8192 is an LLM column). Points above MAX_TFLOP are compute-bound
+at every tile, where the choice no longer changes with M; lookups beyond a column's largest timed M use it.
+
+`evaluate` draws shapes off the grid (seeded; M log-uniform, N and K log-uniform multiples of 128, no
+shape on a grid column), asks `hgemm_sm90.select` for each tuned class, and times the selected instance
+against every shipped instance of the class (screened, the selected one always kept for the full rounds)
+and cuBLAS: dispatched / fastest shipped and dispatched / cuBLAS, per class and geomean. Then the host
+cost of one `gemm()` call against `torch.matmul` and of a cached `select()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from build_tools import bench
+
+GRID_M = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+GRID_NK = ((1024, 1024), (2048, 2048), (4096, 4096), (16384, 16384))  # squares' columns
+GRID_NK += ((6144, 4096), (4096, 14336), (28672, 4096))  # hidden 4096, FFN 14336 (Llama-3-8B-like)
+GRID_NK += ((10240, 8192), (8192, 8192), (8192, 28672))  # hidden 8192, FFN 28672 (70B-like)
+GRID_NK += ((16384, 2048), (2048, 8192))  # hidden 2048, FFN 8192 (1B-class): gate+up fused, down
+MAX_TFLOP = 2.5
+
+# The classes tuned: the ones with many instances to choose from (docs/INSTANCES.md). Every other class has
+# at most four and is left to the cost model (runtime/model.py). combo -> [(class key, bench series)].
+TUNED = {
+    bench.Combo("bf16", "bf16", "bf16"): [("bf16_bf16_bf16_kkn", "")],
+    bench.Combo("fp16", "fp16", "fp16"): [("fp16_fp16_fp16_kkn", "")],
+    bench.Combo("e4m3", "e4m3", "bf16"): [
+        ("e4m3_e4m3_bf16_kkn", "promoted accum"),
+        ("e4m3_e4m3_bf16_kkn_fastacc", "fast accum"),
+    ],
+}
+
+
+def grid() -> list[bench.Shape]:
+    return [bench.Shape(m, n, k) for n, k in GRID_NK for m in GRID_M if 2 * m * n * k <= MAX_TFLOP * 1e12]
+
+
+def class_key(inst) -> str:
+    key = f"{inst.a_dtype}_{inst.b_dtype}_{inst.d_dtype}_{inst.a_major}{inst.b_major}{inst.d_major}"
+    if inst.has_c:
+        key += f"_c{inst.c_dtype}{inst.c_major}"
+    return key + ("_fastacc" if inst.fp8_fast_accum else "")
+
+
+def bench_args(args) -> bench.BenchArgs:
+    """The bench method's knobs for one grid point (fewer rounds than the suite: the table ranks)."""
+    return bench.BenchArgs(
+        suite=None, shapes=None, dtype=None, b_dtype=None, out_dtype=None, kernels=None,
+        reps=args.reps, iters=args.iters, graph_iters=args.graph_iters, timing="auto", top=args.top,
+        screen_reps=2, screen_iters=3, lead_ms=1.0, warmup_s=0.0, host_calls=0, json=None, markdown=None,
+        plot=None,
+    )  # fmt: skip
+
+
+class Progress:
+    """A progress line per unit of work: done/total, elapsed, and the time left at the average pace."""
+
+    def __init__(self, total: int, what: str):
+        self.total, self.what, self.done, self.t0 = total, what, 0, time.perf_counter()
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=what, unit="point", file=sys.stdout)
+        except ImportError:  # the GPU machine may lack tqdm: plain lines say the same
+            self.bar = None
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(label)
+            self.bar.update(1)
+            return
+        spent = time.perf_counter() - self.t0
+        left = spent / self.done * (self.total - self.done)
+        print(
+            f"[{self.done}/{self.total} {self.what}] {spent:.0f} s, ~{left:.0f} s left: {label}", flush=True
+        )
+
+
+def setup(torch):
+    """(hgemm_sm90, env dict, stream) after the checks every mode needs."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("tune: needs an sm_90 GPU (H100/H200/GH200) visible to torch")
+    import hgemm_sm90 as hg
+
+    env = bench.environment(torch, hg)
+    env["smi_id"] = env["gpu_uuid"] if bench.nvidia_smi(env["gpu_uuid"]) else None
+    env["lead_cycles"] = int(1e-3 * 1980e6) if hasattr(torch.cuda, "_sleep") else 0
+    return hg, env, torch.cuda.Stream()
+
+
+def gpu_key(torch) -> str:
+    props = torch.cuda.get_device_properties(0)
+    return f"{props.name}/{props.multi_processor_count}"
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # atomic: an interrupted run never leaves half a table
+
+
+def tune(args) -> int:
+    import torch
+
+    hg, env, stream = setup(torch)
+    key = gpu_key(torch)
+    doc = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if doc.get("format") != "hgemm-sm90-tuning":
+        doc = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {}}
+    doc["grid"] = {"m": list(GRID_M), "nk": [list(c) for c in GRID_NK], "max_tflop": MAX_TFLOP}
+    entry = doc["gpus"].setdefault(key, {"measured": {}, "classes": {}})
+    entry["measured"] = {
+        "date": env["date"], "command": "python -m build_tools.tune " + shlex.join(args.argv),
+        "torch": env["torch"], "cuda_bindings": env["cuda_bindings"], "hgemm_sm90": env["hgemm_sm90"],
+        "driver": bench.nvidia_smi(env["smi_id"]).get("driver"),
+    }  # fmt: skip
+    classes = entry["classes"]
+    instances = hg.instances()
+    combos = [c for c in TUNED if c.a in args.dtype]
+    done = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
+    work = [
+        (combo, shape)
+        for combo in combos
+        for shape in grid()
+        if not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in TUNED[combo])
+    ]
+    work = work[: args.limit] if args.limit else work
+    print(f"tune: {key}, {len(work)} points to time ({len(done)} class points already in {args.out})")
+    progress = Progress(len(work), "grid points")
+    with torch.cuda.stream(stream):
+        bench.warm_up_clocks(torch, 3.0)
+        for combo, shape in work:
+            keys = dict(TUNED[combo])
+            cands = [i for i in instances if class_key(i) in keys]
+            res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env)
+            for ck, series in TUNED[combo]:
+                timed = [r for r in res["runners"] if r["series"] == series and "median_ms" in r]
+                ours = sorted((r["median_ms"] * 1e3, r["name"]) for r in timed if r["kind"] == "hgemm")
+                cublas = next((r["median_ms"] * 1e3 for r in timed if r["kind"] == "cublas"), None)
+                point = {"m": shape.m, "n": shape.n, "k": shape.k, "cublas_us": cublas and round(cublas, 3)}
+                point["times"] = [[name, None, None, round(us, 3)] for us, name in ours]
+                pts = classes.setdefault(ck, [])
+                pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
+                pts.sort(key=lambda p: (p["n"], p["k"], p["m"]))
+            _write_json(args.out, doc)
+            best = min(
+                (r for r in res["runners"] if r["kind"] == "hgemm" and "median_ms" in r),
+                key=lambda r: r["median_ms"],
+            )
+            progress.step(f"{combo} {shape}: {best['name']} {best.get('vs_cublas', 0):.2f}x cuBLAS")
+            torch.cuda.empty_cache()
+    print(f"tune: wrote {args.out}")
+    return 0
+
+
+# --- evaluate --------------------------------------------------------------------------------------------
+
+
+def held_out_shapes(seed: int, count: int) -> list[bench.Shape]:
+    """``count`` shapes off the grid: half with M in [1, 256), half in [256, 16384] (log-uniform), N and K
+    log-uniform in [1024, 16384] rounded to multiples of 128, FLOPs capped like the grid's."""
+    rng = random.Random(seed)
+    cols = set(GRID_NK)
+    shapes: list[bench.Shape] = []
+    while len(shapes) < count:
+        lo, hi = (0, 8) if len(shapes) < count // 2 else (8, 14)
+        m = max(1, round(2 ** rng.uniform(lo, hi)))
+        n, k = (128 * max(8, round(2 ** rng.uniform(10, 14) / 128)) for _ in range(2))
+        s = bench.Shape(m, n, k)
+        if (n, k) in cols or s.flops > MAX_TFLOP * 1e12 or s in shapes:
+            continue
+        shapes.append(s)
+    return shapes
+
+
+@dataclass
+class Verdict:
+    combo: str
+    cls: str
+    shape: str
+    selected: str
+    source: str
+    sel_us: float
+    fastest: str
+    fastest_us: float
+    cublas_us: float | None
+
+    @property
+    def vs_fastest(self) -> float:
+        return self.fastest_us / self.sel_us
+
+    @property
+    def vs_cublas(self) -> float | None:
+        return self.cublas_us / self.sel_us if self.cublas_us else None
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def host_costs(torch, hg, calls: int = 2000, runs: int = 5) -> dict:
+    """µs per call of gemm() and torch.matmul (same small bf16 problem, out allocated by each) and of a
+    cached select(), interleaved run by run, median of runs; a synchronize between chunks (untimed) keeps the
+    launch queue from filling."""
+    a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16).T
+    fns = {
+        "gemm(a, b)": lambda: hg.gemm(a, b),
+        "torch.matmul(a, b)": lambda: torch.matmul(a, b),
+        "select(...) cached": lambda: hg.select(128, 128, 64, a_dtype="bf16"),
+    }
+    for f in fns.values():
+        f()
+    torch.cuda.synchronize()
+    per: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, f in fns.items():
+            spent = 0.0
+            for _ in range(calls // 200):
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    f()
+                spent += time.perf_counter() - t0
+                torch.cuda.synchronize()
+            per[name].append(spent / calls * 1e6)
+    return {name: statistics.median(v) for name, v in per.items()}
+
+
+def evaluate(args) -> int:
+    import torch
+
+    hg, env, stream = setup(torch)
+    instances = hg.instances()
+    shapes = held_out_shapes(args.seed, args.count)
+    combos = [c for c in TUNED if c.a in args.dtype]
+    verdicts: list[Verdict] = []
+    progress = Progress(len(shapes) * len(combos), "shapes")
+    with torch.cuda.stream(stream):
+        bench.warm_up_clocks(torch, 3.0)
+        for combo in combos:
+            for shape in shapes:
+                keys = dict(TUNED[combo])
+                cands = [i for i in instances if class_key(i) in keys]
+                chosen = {}
+                for ck, _ in TUNED[combo]:
+                    probe = next(i for i in cands if class_key(i) == ck)
+                    chosen[ck] = hg.select(
+                        shape.m, shape.n, shape.k, a_dtype=probe.a_dtype, b_dtype=probe.b_dtype,
+                        d_dtype=probe.d_dtype, fp8_fast_accum=probe.fp8_fast_accum,
+                    )  # fmt: skip
+                keep = {c.instance_id for c in chosen.values()}
+                res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env, keep)
+                for ck, series in TUNED[combo]:
+                    timed = [r for r in res["runners"] if r["series"] == series and "median_ms" in r]
+                    ours = {r["name"]: r["median_ms"] * 1e3 for r in timed if r["kind"] == "hgemm"}
+                    cublas = next((r["median_ms"] * 1e3 for r in timed if r["kind"] == "cublas"), None)
+                    sel = chosen[ck]
+                    fastest = min(ours, key=ours.get)
+                    sel_us = ours[sel.instance_id]
+                    verdicts.append(
+                        Verdict(str(combo), ck, str(shape), sel.instance_id, sel.source, sel_us, fastest,
+                                ours[fastest], cublas)
+                    )  # fmt: skip
+                v = verdicts[-1]
+                progress.step(
+                    f"{combo} {shape}: {v.vs_fastest:.3f} of fastest, {v.vs_cublas or 0:.3f}x cuBLAS"
+                )
+                torch.cuda.empty_cache()
+    try:
+        host = host_costs(torch, hg)
+    except Exception as e:  # noqa: BLE001 - the verdicts above still stand; say why the host figures are missing
+        print(f"tune: host costs not measured ({type(e).__name__}: {e})")
+        host = {}
+    text = render(verdicts, host, env, args)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text, encoding="utf-8")
+    if args.json:
+        doc = {"env": env, "verdicts": [v.__dict__ for v in verdicts], "host_us": host}
+        args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+def render(verdicts: list[Verdict], host: dict, env: dict, args) -> str:
+    lines = [
+        f"Held-out shapes: seed {args.seed}, {args.count} shapes (build_tools/tune.py `held_out_shapes`); "
+        f"{env['gpu']}, torch {env['torch']}, {env['date']}.",
+        "",
+        "| class | shape | selected (source) | selected / fastest | selected / cuBLAS | fastest shipped |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for v in verdicts:
+        vs_c = f"{v.vs_cublas:.3f}" if v.vs_cublas else "n/a"
+        lines.append(
+            f"| {v.cls} | {v.shape} | {v.selected.split('_kkn_')[-1]} ({v.source}) | {v.vs_fastest:.3f} | "
+            f"{vs_c} | {v.fastest.split('_kkn_')[-1]} |"
+        )
+    lines += ["", "| class | shapes | sel/fastest geomean | min | sel/cuBLAS geomean (all) | (M >= 256) |"]
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    for ck in dict.fromkeys(v.cls for v in verdicts):
+        vs = [v for v in verdicts if v.cls == ck]
+        big = [v for v in vs if int(v.shape.split("x")[0]) >= 256]
+        lines.append(
+            f"| {ck} | {len(vs)} | {geomean(v.vs_fastest for v in vs):.3f} | "
+            f"{min(v.vs_fastest for v in vs):.3f} | {geomean(v.vs_cublas for v in vs):.3f} | "
+            f"{geomean(v.vs_cublas for v in big):.3f} |"
+        )
+    if host:
+        lines += ["", "Host µs per call (median of 5 runs x 2000 calls): " + ", ".join(
+            f"{name} {us:.2f}" for name, us in host.items())]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str]):
+    p = argparse.ArgumentParser(prog="python -m build_tools.tune", description=__doc__.split("\n")[0])
+    p.add_argument("mode", nargs="?", choices=("tune", "evaluate"), default="tune")
+    p.add_argument("--out", type=Path, default=Path("runtime/tuning.json"), help="the table (tune mode)")
+    p.add_argument(
+        "--dtype", nargs="+", choices=sorted({c.a for c in TUNED}), default=sorted({c.a for c in TUNED})
+    )
+    p.add_argument("--top", type=int, default=8, help="finalists per class re-timed with cuBLAS")
+    p.add_argument("--reps", type=int, default=7, help="interleaved full rounds (median kept)")
+    p.add_argument("--iters", type=int, default=10, help="eager launches per timed batch")
+    p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
+    p.add_argument("--limit", type=int, default=0, help="tune: time at most this many points (a smoke run)")
+    p.add_argument("--seed", type=int, default=20261130, help="evaluate: shape draw seed")
+    p.add_argument("--count", type=int, default=16, help="evaluate: shapes per dtype")
+    p.add_argument("--markdown", type=Path, default=None, help="evaluate: write the table here")
+    p.add_argument("--json", type=Path, default=None, help="evaluate: write every verdict here")
+    args = p.parse_args(argv)
+    args.argv = argv
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("tune: needs torch with CUDA (allocation, timing, the cuBLAS baseline)", file=sys.stderr)
+        return 2
+    return tune(args) if args.mode == "tune" else evaluate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""`select()`: which shipped instance runs a GEMM problem, with which launch overrides, and why.
+
+A problem's *class* is everything that decides which instances can run it at all: the dtypes of A, B, D
+(and C), the three (four) majornesses, and fp8 fast accumulation. Inside its class every instance computes
+the same result, so the choice is purely about speed, made in this order:
+1. the tuning table shipped in the wheel (runtime/tuning.py, runtime/tuning.json): timings measured on a
+   GPU of the same name and SM count by `python -m build_tools.tune`, interpolated in log M between grid
+   points (runtime/tuning.py says how);
+2. otherwise the cost model (runtime/model.py): wave quantization on the device's SM count, tile waste at
+   the edges, k-loop length, cluster multicast, memory traffic.
+Only instances of the problem's class are ever considered, so a choice always runs the problem; a class
+with no shipped instance is a `NoInstanceError` that lists the nearest shipped ones.
+
+Choices are cached per runtime (runtime/state.py) under the exact arguments, so a repeated call is one
+tuple and one dict lookup (docs/PERF.md has the measured cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import gpus, model, state, tuning
+from .contract import TMA_ALIGN_BYTES
+from .errors import InvalidArgumentError, NoInstanceError
+from .problem import INT32_MAX
+from .spec import OPERAND_EXTENTS, DType, GemmSpec, SpecError, parse_field
+
+_CLASS_FIELDS = ("a_dtype", "b_dtype", "d_dtype", "a_major", "b_major", "d_major", "c_dtype", "c_major")
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemClass:
+    """The fields that decide whether an instance can run a problem (everything but speed)."""
+
+    a_dtype: DType
+    b_dtype: DType
+    d_dtype: DType
+    a_major: str
+    b_major: str
+    d_major: str
+    c_dtype: DType | None
+    c_major: str | None
+    fp8_fast_accum: bool
+
+    @classmethod
+    def of(cls, spec: GemmSpec) -> ProblemClass:
+        return cls(*(getattr(spec, f) for f in _CLASS_FIELDS), spec.fp8_fast_accum)
+
+    @property
+    def key(self) -> str:
+        """The class's name in the tuning table, e.g. ``bf16_bf16_bf16_kkn`` or
+        ``e4m3_e4m3_bf16_kkn_cbf16n_fastacc``: the instance id without accumulator, tile, cluster and
+        schedule."""
+        key = f"{self.a_dtype}_{self.b_dtype}_{self.d_dtype}_{self.a_major}{self.b_major}{self.d_major}"
+        if self.c_dtype is not None:
+            key += f"_c{self.c_dtype}{self.c_major}"
+        return key + ("_fastacc" if self.fp8_fast_accum else "")
+
+    def distance(self, other: ProblemClass) -> int:
+        """How many fields differ: what "nearest" means in `NoInstanceError`."""
+        return sum(getattr(self, f) != getattr(other, f) for f in (*_CLASS_FIELDS, "fp8_fast_accum"))
+
+    def dtype_of(self, operand: str) -> DType:
+        return getattr(self, f"{operand}_dtype")
+
+    def major_of(self, operand: str) -> str:
+        return getattr(self, f"{operand}_major")
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What `select` returns: the instance to launch, the launch overrides to pass with it, and why.
+
+    ``raster_along_m`` / ``group_size`` are `launch()`'s overrides of the same names (None: the launch's
+    default walk). ``source`` is ``"table"`` or ``"model"``; ``reason`` says which table entries or which
+    estimate decided; ``estimate_us`` is the table's interpolated time or the model's estimate (µs, for
+    ranking: not a promise)."""
+
+    instance_id: str
+    raster_along_m: bool | None
+    group_size: int | None
+    source: str
+    reason: str
+    estimate_us: float
+
+    def launch_overrides(self) -> dict:
+        """The keyword arguments to pass to `launch()` with ``instance_id``."""
+        return {"raster_along_m": self.raster_along_m, "group_size": self.group_size}
+
+
+def select(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    a_dtype,
+    b_dtype=None,
+    d_dtype=None,
+    a_major: str = "k",
+    b_major: str = "k",
+    d_major: str = "n",
+    c_dtype=None,
+    c_major=None,
+    fp8_fast_accum: bool = False,
+    batch: int = 1,
+    device: int | None = None,
+    gpu: str | None = None,
+) -> Choice:
+    """The shipped instance (and launch overrides) to run D = A @ B^T (+ C) of this problem with.
+
+    Sizes as in `launch()`: per batch A is m x k, B n x k, D m x n. Dtypes are names ("bf16", "fp16",
+    "fp32", "e4m3", "e5m2") or `DType`s; b_dtype defaults to a_dtype, d_dtype to a_dtype for 16-bit
+    inputs and to bf16 for fp8 inputs; c_dtype/c_major describe a C operand (c_major defaults to
+    d_major); fp8_fast_accum only applies to fp8 inputs. Leading dimensions are assumed packed:
+    their 16-byte alignment is checked here. device: the CUDA ordinal whose GPU to plan for (None: the
+    current context's device, resolved on the first call for these arguments); gpu: plan for a GPU
+    by name instead (e.g. "H200"; see runtime/gpus.py), which needs no GPU at all.
+
+    Deterministic, cached per argument tuple. Raises `NoInstanceError` (listing the nearest shipped
+    instances) when no instance of this dtype/layout/C class ships, `InvalidArgumentError` for bad
+    arguments or a contiguous extent that breaks TMA's 16-byte rule."""
+    rt = state.runtime()
+    key = (m, n, k, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major)
+    key += (fp8_fast_accum, batch, device, gpu)
+    try:
+        choice = rt.choices.get(key)
+    except TypeError:  # an unhashable argument: the slow path names it
+        choice = None
+    if choice is None:
+        cls = problem_class(
+            a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum
+        )
+        m, n, k, batch = _size("m", m), _size("n", n), _size("k", k), _size("batch", batch)
+        _check_packed_alignment(cls, m, n, k)
+        choice = choose(rt, cls, m, n, k, batch, target(rt, device, gpu))
+        rt.choices[key] = choice  # hashable now: every argument was validated above
+    return choice
+
+
+def problem_class(
+    a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum
+) -> ProblemClass:
+    """Normalize `select`'s class arguments (defaults, names, enums) into a `ProblemClass`;
+    ``InvalidArgumentError`` naming the argument otherwise."""
+    a = _field("a_dtype", a_dtype)
+    b = _field("b_dtype", a if b_dtype is None else b_dtype)
+    d = _field("d_dtype", (DType.bf16 if a.is_float8 else a) if d_dtype is None else d_dtype)
+    dm = _field("d_major", d_major)
+    c = None if c_dtype is None else _field("c_dtype", c_dtype)
+    cm = None if c is None else _field("c_major", dm if c_major is None else c_major)
+    if c is None and c_major is not None:
+        raise InvalidArgumentError(
+            f"c_major={c_major!r} given without c_dtype", "give c_dtype with c_major, or drop c_major"
+        )
+    if type(fp8_fast_accum) is not bool:
+        raise InvalidArgumentError(
+            f"fp8_fast_accum must be a bool, got {fp8_fast_accum!r}", "pass True or False"
+        )
+    fast = fp8_fast_accum and a.is_float8  # fast accumulation is an fp8 WGMMA option; 16-bit has one form
+    return ProblemClass(a, b, d, _field("a_major", a_major), _field("b_major", b_major), dm, c, cm, fast)
+
+
+def target(rt, device: int | None, gpu: str | None) -> gpus.GpuId:
+    """The GPU to plan for: ``gpu`` by name if given, else CUDA device ``device`` (None: current)."""
+    if gpu is not None:
+        if device is not None:
+            raise InvalidArgumentError(
+                f"both device={device!r} and gpu={gpu!r} given",
+                "pass one: device for a GPU here, gpu by name",
+            )
+        return gpus.named(gpu)
+    return gpus.of_device(rt, device)
+
+
+def choose(rt, cls: ProblemClass, m: int, n: int, k: int, batch: int, gpu: gpus.GpuId) -> Choice:
+    """The uncached choice for validated arguments: table first, then the model, among ``cls``'s
+    instances only."""
+    specs = instances_of(rt, cls)
+    table = tuning.shipped_table()
+    picked = table.lookup(gpu, cls.key, m, n, k, batch, {s.id for s in specs}) if table else None
+    if picked is not None:
+        return Choice(
+            picked.instance_id, picked.raster_along_m, picked.group_size, "table", picked.reason, picked.us
+        )
+    us, spec, why = model.best(specs, m, n, k, batch, gpu.sm_count)
+    return Choice(spec.id, None, None, "model", why, us)
+
+
+def instances_of(rt, cls: ProblemClass) -> list[GemmSpec]:
+    """The shipped instances of class ``cls`` (sorted by id); `NoInstanceError` if there are none."""
+    index = rt.instance_classes
+    if index is None:
+        index = {}
+        for _, rec in sorted(rt.manifest.instances.items()):
+            index.setdefault(ProblemClass.of(rec.spec), []).append(rec.spec)
+        rt.instance_classes = index
+    specs = index.get(cls)
+    if not specs:
+        ranked = sorted(index.items(), key=lambda item: (cls.distance(item[0]), item[0].key))
+        nearest = [spec.id for _, group in ranked[:3] for spec in group[:2]][:5]
+        raise NoInstanceError(_describe(cls), nearest)
+    return specs
+
+
+def _describe(cls: ProblemClass) -> str:
+    text = (
+        f"D ({cls.d_dtype}, {cls.d_major}-major) = A ({cls.a_dtype}, {cls.a_major}-major) @ "
+        f"B^T ({cls.b_dtype}, {cls.b_major}-major)"
+    )
+    if cls.c_dtype is not None:
+        text += f" + C ({cls.c_dtype}, {cls.c_major}-major)"
+    if cls.a_dtype.is_float8:
+        text += " with fp8 fast accumulation" if cls.fp8_fast_accum else " with promoted accumulation"
+    return text
+
+
+def _check_packed_alignment(cls: ProblemClass, m: int, n: int, k: int) -> None:
+    extents = {"m": m, "n": n, "k": k}
+    for op in ("a", "b", "d", "c"):
+        dtype = cls.dtype_of(op)
+        if dtype is None:
+            continue
+        rows, cols = OPERAND_EXTENTS[op]
+        extent = rows if cls.major_of(op) == rows else cols
+        if extents[extent] * dtype.bytes % TMA_ALIGN_BYTES:
+            raise InvalidArgumentError(
+                f"{op.upper()} is {cls.major_of(op)}-major, so its rows are {extent} = {extents[extent]} "
+                f"{dtype} elements = {extents[extent] * dtype.bytes} bytes, not a multiple of "
+                f"{TMA_ALIGN_BYTES} (TMA needs 16-byte aligned rows)",
+                f"pad {extent} to a multiple of {TMA_ALIGN_BYTES // dtype.bytes} elements (or lay the "
+                "rows out with a padded leading dimension and call gemm()/launch() with it)",
+            )
+
+
+def _field(name: str, value):
+    try:
+        return parse_field(name, value)
+    except SpecError as e:
+        raise InvalidArgumentError(f"{name}={value!r} is not valid: {e}", f"pass a valid {name}") from None
+
+
+def _size(name: str, v) -> int:
+    if type(v) is not int or not 1 <= v <= INT32_MAX:
+        raise InvalidArgumentError(
+            f"{name}={v!r} is not an int in 1..2**31-1", f"pass {name} as a positive int"
+        )
+    return v

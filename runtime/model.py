@@ -1,0 +1,98 @@
+"""The fallback cost model: an estimate of each instance's time on a GPU with a given SM count.
+
+Used when the tuning table (runtime/tuning.py) has no entry for the GPU or the problem class (another
+Hopper board, an H100 PCIe with 114 SMs; a layout the tuner does not sweep). It ranks instances of one
+class, so only differences between instances matter; absolute numbers are rough. The persistent kernel
+(docs/KERNEL.md) keeps one CTA per SM and walks output tiles in waves. Per instance:
+
+- tiles: ceil(M / tile_m) x ceil(N / tile_n) x batch, padded up to whole clusters (the idle CTAs of a
+  partial cluster still occupy SMs);
+- waves: tiles over the resident CTAs (the SM count rounded down to whole clusters): wave quantization,
+  the biggest single effect (a problem of 133 tiles on 132 SMs takes two waves);
+- per tile, the k-loop: ceil(K / tile_k) steps, each limited by the tensor cores (the tile family's
+  sustained fraction of peak, `TILE_EFFICIENCY`) or by loading the A and B tiles into shared memory
+  (multicast divides a tile's loads by the cluster extent that shares them), plus a fixed pipeline fill
+  and an epilogue that writes the tile (ping-pong overlaps it with the other warpgroup's mainloop);
+- a floor: every byte of A, B and D crosses HBM once.
+The edges are in the tile count: a 192-row tile at M = 200 computes 384 rows.
+
+Constants are H200 facts (docs/PERF.md): ~700 TFLOP/s sustained 16-bit dense, ~1250 fp8, 4.8 TB/s HBM,
+and a single SM streaming at most ~90 GB/s when few SMs load; they set the crossover points, not the result
+of a single problem.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .spec import GemmSpec, Schedule
+
+TFLOPS_16BIT = 700e12  # sustained at the 700 W power cap (H200, docs/PERF.md)
+TFLOPS_FP8 = 1250e12
+PROMOTED_FACTOR = 0.85  # fp8 promoted accumulation: the promotion FMAs steal issue slots from the WGMMAs
+HBM_BYTES_PER_S = 4.8e12
+SM_STREAM_BYTES_PER_S = 90e9  # one SM's share when few SMs stream (TMA from L2/HBM)
+TILE_FILL_S = 1.0e-6  # pipeline fill + tile hand-over per tile
+LAUNCH_S = 3.0e-6  # same for every instance; kept so estimates read as times
+
+# Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
+# loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
+TILE_EFFICIENCY = {
+    (192, 256): 0.95,
+    (128, 256): 0.95,
+    (256, 128): 0.93,
+    (192, 128): 0.92,
+    (64, 256): 0.88,
+    (128, 128): 0.85,
+    (64, 128): 0.70,
+    (64, 64): 0.55,
+    (64, 32): 0.40,
+}
+DEFAULT_EFFICIENCY = 0.6
+
+
+def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int) -> float:
+    """Estimated seconds for ``spec`` to run the problem on a GPU with ``sm_count`` SMs."""
+    tm, tn, tk = spec.tile
+    cm, cn = spec.cluster
+    cluster = cm * cn
+    tiles_m = math.ceil(math.ceil(m / tm) / cm) * cm
+    tiles_n = math.ceil(math.ceil(n / tn) / cn) * cn
+    tiles = tiles_m * tiles_n * batch
+    resident = max(cluster, sm_count // cluster * cluster)
+    waves = math.ceil(tiles / resident)
+    active = min(tiles, resident)
+
+    a_bytes, b_bytes, d_bytes = spec.a_dtype.bytes, spec.b_dtype.bytes, spec.d_dtype.bytes
+    steps = math.ceil(k / tk)
+    peak = (TFLOPS_FP8 if spec.a_dtype.is_float8 else TFLOPS_16BIT) / sm_count
+    if spec.a_dtype.is_float8 and not spec.fp8_fast_accum:
+        peak *= PROMOTED_FACTOR
+    eff = TILE_EFFICIENCY.get((tm, tn), DEFAULT_EFFICIENCY)
+    compute = 2 * tm * tn * tk / (peak * eff)
+    # Multicast: the cluster's CTAs along N share each A tile, those along M each B tile.
+    load_bytes = (tm * a_bytes / cn + tn * b_bytes / cm) * tk
+    stream = min(SM_STREAM_BYTES_PER_S, HBM_BYTES_PER_S / active * 2.5)  # L2 reuse lets a busy chip exceed 1x
+    step = max(compute, load_bytes / stream)
+    epilogue = tm * tn * d_bytes / SM_STREAM_BYTES_PER_S
+    if spec.c_dtype is not None:
+        epilogue += tm * tn * spec.c_dtype.bytes / SM_STREAM_BYTES_PER_S
+    if spec.schedule == Schedule.pingpong and waves > 1:
+        epilogue *= 0.25  # the other warpgroup's mainloop hides most of it
+    per_tile = TILE_FILL_S + steps * step + epilogue
+    floor = (m * k * a_bytes + n * k * b_bytes + m * n * d_bytes) * batch / HBM_BYTES_PER_S
+    return LAUNCH_S + max(waves * per_tile, floor)
+
+
+def best(
+    specs: list[GemmSpec], m: int, n: int, k: int, batch: int, sm_count: int
+) -> tuple[float, GemmSpec, str]:
+    """(estimated µs, spec, reason) of the fastest of ``specs`` by the model; ties go to the smaller id."""
+    ranked = sorted((estimate_s(s, m, n, k, batch, sm_count), s.id, s) for s in specs)
+    seconds, _, spec = ranked[0]
+    runner_up = f"; next {ranked[1][1]} at {ranked[1][0] * 1e6:.1f} µs" if len(ranked) > 1 else ""
+    reason = (
+        f"cost model (runtime/model.py) on {sm_count} SMs: {spec.id} estimated {seconds * 1e6:.1f} µs "
+        f"among {len(specs)} instances{runner_up}"
+    )
+    return seconds * 1e6, spec, reason

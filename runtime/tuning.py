@@ -1,0 +1,272 @@
+"""The tuning table: which instance ran fastest, measured per GPU, problem class and grid point.
+
+`python -m build_tools.tune` writes it on a GPU (docs/DISPATCH.md: the grid, the method, the command);
+it is committed as runtime/tuning.json and ships in the wheel beside this module. Layout::
+
+    {"format": "hgemm-sm90-tuning", "version": 1, "grid": {...how the points were drawn...},
+     "gpus": {"NVIDIA H200/132": {"measured": {...date, command, versions...},
+                                  "classes": {"bf16_bf16_bf16_kkn": [POINT, ...], ...}}}}
+    POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2,
+             "times": [["<instance id>", raster_along_m or null, group_size or null, us], ...]}
+
+A point's ``times`` are the finalists' median times (fastest first): the instances that survived the
+tuner's screening, each with the launch overrides it was timed with.
+
+Lookup (`TuningTable.lookup`): the grid is a set of (N, K) *columns*, each timed at log-spaced M. A
+query takes the column nearest in (log N, log K) and brackets its M (times batch: a batched problem has
+that many more tiles) between two grid points (outside the column's M range: the nearest end point).
+Each candidate's time at a bracketing point is carried to the query by the cost model's ratio between
+the two problems (runtime/model.py: so a query whose N or M gives a tile a ragged last wave sees that),
+and the two are interpolated linearly in log time over log M. The fastest estimate wins. Instances
+that this installation does not ship are skipped, so a table from a larger build works with a smaller
+one. Measured by leave-one-out on the H200 table (docs/DISPATCH.md), the model's scaling picks better
+than plain interpolation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from . import model
+from .errors import CorruptArtifactError
+from .spec import GemmSpec
+
+TABLE_NAME = "tuning.json"
+NEIGHBOUR_COLUMNS = (
+    2  # (N, K) columns a lookup blends (leave-one-column-out on the H200 table: docs/DISPATCH.md)
+)
+FORMAT = "hgemm-sm90-tuning"
+VERSION = 1
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .gpus import GpuId
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Candidate:
+    """An instance with the launch overrides it was timed with (None: the launch's default)."""
+
+    instance_id: str
+    raster_along_m: bool | None = None
+    group_size: int | None = None
+
+    def to_json(self, us: float) -> list:
+        return [self.instance_id, self.raster_along_m, self.group_size, round(us, 3)]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One grid point of one class: the finalists' times in µs (fastest first) and cuBLAS's."""
+
+    m: int
+    n: int
+    k: int
+    times: tuple[tuple[Candidate, float], ...]
+    cublas_us: float | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "cublas_us": None if self.cublas_us is None else round(self.cublas_us, 3),
+            "times": [c.to_json(us) for c, us in self.times],
+        }
+
+    @classmethod
+    def from_json(cls, doc, where: str) -> Point:
+        try:
+            times = []
+            for iid, raster, group, us in doc["times"]:
+                if not isinstance(iid, str) or not (us > 0) or raster not in (None, True, False):
+                    raise ValueError("bad time entry")
+                if group is not None and (type(group) is not int or group < 1):
+                    raise ValueError("bad group size")
+                times.append((Candidate(iid, raster, group), float(us)))
+            dims = [doc[d] for d in "mnk"]
+            if any(type(v) is not int or v < 1 for v in dims) or not times:
+                raise ValueError("bad extents or no times")
+            return cls(*dims, tuple(sorted(times, key=lambda t: t[1])), doc.get("cublas_us"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptArtifactError(f"tuning table point {where} is malformed ({e})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """What `lookup` found: a candidate, its estimated µs and a sentence saying where it came from."""
+
+    instance_id: str
+    raster_along_m: bool | None
+    group_size: int | None
+    us: float
+    reason: str
+
+
+class TuningTable:
+    """A validated tuning table: per GPU key and class key, the grid points grouped into (N, K) columns."""
+
+    def __init__(self, gpus: dict[str, dict[str, list[Point]]], meta: dict | None = None, path: str = ""):
+        self.gpus = gpus
+        self.meta = meta or {}
+        self.path = path
+        # (gpu key, class key) -> {(n, k): points sorted by m}
+        self._columns: dict[tuple[str, str], dict[tuple[int, int], list[Point]]] = {}
+        for gkey, classes in gpus.items():
+            for ckey, points in classes.items():
+                cols: dict[tuple[int, int], list[Point]] = {}
+                for p in points:
+                    cols.setdefault((p.n, p.k), []).append(p)
+                for col in cols.values():
+                    col.sort(key=lambda p: p.m)
+                self._columns[gkey, ckey] = cols
+
+    # --- (de)serialization -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, doc, path: str = "") -> TuningTable:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+            raise CorruptArtifactError(f"not a version-{VERSION} {FORMAT} document", path)
+        gpus: dict[str, dict[str, list[Point]]] = {}
+        meta = {"grid": doc.get("grid", {}), "measured": {}}
+        for gkey, entry in (doc.get("gpus") or {}).items():
+            classes = entry.get("classes") if isinstance(entry, dict) else None
+            if not isinstance(classes, dict):
+                raise CorruptArtifactError(f"tuning table GPU {gkey!r} has no classes", path)
+            meta["measured"][gkey] = entry.get("measured", {})
+            gpus[gkey] = {
+                ckey: [Point.from_json(p, f"{gkey} {ckey}[{i}]") for i, p in enumerate(points)]
+                for ckey, points in classes.items()
+            }
+        return cls(gpus, meta, path)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "grid": self.meta.get("grid", {}),
+            "gpus": {
+                gkey: {
+                    "measured": self.meta.get("measured", {}).get(gkey, {}),
+                    "classes": {
+                        ckey: [p.to_json() for p in sorted(points, key=lambda p: (p.n, p.k, p.m))]
+                        for ckey, points in sorted(classes.items())
+                    },
+                }
+                for gkey, classes in sorted(self.gpus.items())
+            },
+        }
+
+    # --- queries -------------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """GPU key -> class key -> number of grid points."""
+        return {g: {c: len(pts) for c, pts in classes.items()} for g, classes in self.gpus.items()}
+
+    def instance_ids(self) -> set[str]:
+        """Every instance id the table names (build_tools/regen.py checks them against the matrix)."""
+        return {
+            c.instance_id for cl in self.gpus.values() for pts in cl.values() for p in pts for c, _ in p.times
+        }
+
+    def lookup(self, gpu: GpuId, class_key: str, m: int, n: int, k: int, batch: int, allowed) -> Pick | None:
+        """The table's pick for the problem among instance ids in ``allowed``, or None if the table has no
+        entry for this GPU and class (or none of its candidates is allowed)."""
+        cols = self._columns.get((gpu.key, class_key))
+        if not cols:
+            return None
+        ln, lk, mq = math.log(n), math.log(k), m * batch
+        dist = {c: math.hypot(math.log(c[0]) - ln, math.log(c[1]) - lk) for c in cols}
+        nearest = sorted(cols, key=lambda c: (dist[c], c))[:NEIGHBOUR_COLUMNS]
+        if dist[nearest[0]] < 1e-9:
+            nearest = nearest[:1]  # on a column: it alone
+        bracket, wheres = [], []
+        for nk in nearest:
+            points, where = _m_bracket(cols[nk], mq)
+            weight = 1.0 / (dist[nk] + 1e-3)
+            bracket += [(p, weight * w) for p, w in points]
+            wheres.append(f"column N={nk[0]} K={nk[1]} {where}")
+        est = estimate(bracket, (m, n, k, batch), gpu.sm_count, allowed)
+        if not est:
+            return None
+        cand, us = min(est.items(), key=lambda item: (item[1], item[0]))
+        return Pick(
+            cand.instance_id,
+            cand.raster_along_m,
+            cand.group_size,
+            us,
+            f"table {gpu.key} {class_key}: {'; '.join(wheres)}; scaled to the problem by the cost model",
+        )
+
+
+def _m_bracket(col: list[Point], mq: int) -> tuple[list[tuple[Point, float]], str]:
+    """The grid points of one column around M = ``mq`` with their log-M interpolation weights."""
+    if mq <= col[0].m or mq >= col[-1].m:
+        end = col[0] if mq <= col[0].m else col[-1]
+        return [(end, 1.0)], f"at M={end.m}"
+    hi = next(i for i, p in enumerate(col) if p.m >= mq)
+    p0, p1 = col[hi - 1], col[hi]
+    w = (math.log(mq) - math.log(p0.m)) / (math.log(p1.m) - math.log(p0.m))
+    return [(p0, 1.0 - w), (p1, w)], f"M={p0.m}..{p1.m}"
+
+
+def estimate(bracket: list[tuple[Point, float]], problem: tuple, sm_count: int, allowed) -> dict:
+    """Each allowed candidate's estimated µs for ``problem`` (m, n, k, batch) from the grid points of
+    ``bracket`` [(point, weight)]: at each point its measured time scaled by the cost model's ratio between
+    the problem and the point (runtime/model.py: wave quantization, edge tiles, k-loop length), then the
+    weighted geometric mean over the points. A candidate that is not among a point's finalists was slower
+    there than all of them: it counts at that point with the slowest finalist's time (a lower bound), so a
+    candidate that wins at one neighbour and was merely screened out at the other stays in the running."""
+    cands = {c for point, _ in bracket for c, _ in point.times if c.instance_id in allowed}
+    out = {}
+    for cand in cands:
+        spec = _spec(cand.instance_id)
+        target = model.estimate_s(spec, *problem, sm_count)
+        log_sum = 0.0
+        for point, weight in bracket:
+            times = dict(point.times)
+            us = times.get(cand, point.times[-1][1])  # fastest first: [-1] is the slowest finalist
+            log_sum += weight * math.log(
+                us * target / model.estimate_s(spec, point.m, point.n, point.k, 1, sm_count)
+            )
+        out[cand] = math.exp(log_sum / sum(w for _, w in bracket))
+    return out
+
+
+_specs: dict[str, GemmSpec] = {}
+
+
+def _spec(instance_id: str) -> GemmSpec:
+    spec = _specs.get(instance_id)
+    if spec is None:
+        spec = _specs[instance_id] = GemmSpec.parse(instance_id)
+    return spec
+
+
+def load(path: str) -> TuningTable:
+    """Read and validate the table at ``path``; ``CorruptArtifactError`` if it is unreadable or malformed."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError) as e:
+        raise CorruptArtifactError(f"tuning table cannot be read: {e}", path) from None
+    return TuningTable.from_json(doc, path)
+
+
+def shipped_path() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), TABLE_NAME)
+
+
+_shipped: list = []  # [table or None] once read: the file ships with the package and never changes
+
+
+def shipped_table() -> TuningTable | None:
+    """The table shipped with this package (read once), or None if the package has none."""
+    if not _shipped:
+        path = shipped_path()
+        _shipped.append(load(path) if os.path.exists(path) else None)
+    return _shipped[0]

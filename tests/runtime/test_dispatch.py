@@ -1,0 +1,228 @@
+"""Dispatch on the CPU: `select()` (runtime/dispatch.py), the shipped tuning table (runtime/tuning.py,
+runtime/tuning.json) and the cost model (runtime/model.py).
+
+The catalog here is the real default profile (kernel_specs.yaml expanded by codegen/matrix.py) as fake
+records, so "never picks an instance that cannot run" is checked against every class that ships."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from fake_kernels import record
+
+from codegen.matrix import load_matrix
+from runtime import gpus, model, tuning
+from runtime.contract import Manifest
+from runtime.errors import CorruptArtifactError, InvalidArgumentError, NoInstanceError
+from runtime.dispatch import ProblemClass, select
+from runtime.spec import GemmSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "runtime" / "tuning.json"
+H200 = gpus.named("H200")
+
+
+@pytest.fixture(scope="module")
+def default_specs() -> list[GemmSpec]:
+    return list(load_matrix(ROOT / "kernel_specs.yaml").expand("default").specs)
+
+
+@pytest.fixture
+def catalog_rt(make_runtime, default_specs):
+    """A runtime whose manifest holds every default-profile instance (fake cubins: nothing is launched)."""
+    catalog = Manifest(profile="default", instances={s.id: record(s) for s in default_specs}, toolchain={})
+    return make_runtime(catalog)
+
+
+def _problem_kwargs(cls: ProblemClass) -> dict:
+    kw = dict(
+        a_dtype=cls.a_dtype,
+        b_dtype=cls.b_dtype,
+        d_dtype=cls.d_dtype,
+        a_major=cls.a_major,
+        b_major=cls.b_major,
+        d_major=cls.d_major,
+        fp8_fast_accum=cls.fp8_fast_accum,
+    )
+    if cls.c_dtype is not None:
+        kw.update(c_dtype=cls.c_dtype, c_major=cls.c_major)
+    return kw
+
+
+# --- the shipped table --------------------------------------------------------------------------------
+
+
+def test_shipped_table_schema_round_trips():
+    doc = json.loads(TABLE.read_text())
+    table = tuning.TuningTable.from_json(doc, str(TABLE))
+    assert table.to_json()["gpus"] == doc["gpus"]
+    assert H200.key in table.summary()
+    for classes in table.gpus.values():
+        for points in classes.values():
+            for p in points:
+                assert [us for _, us in p.times] == sorted(us for _, us in p.times)  # fastest first
+
+
+def test_shipped_table_agrees_with_the_matrix(default_specs):
+    """Every id the table names ships in the default profile and belongs to the class it is filed under."""
+    by_id = {s.id: s for s in default_specs}
+    table = tuning.load(str(TABLE))
+    assert table.instance_ids() <= set(by_id)
+    for classes in table.gpus.values():
+        for key, points in classes.items():
+            for p in points:
+                assert {ProblemClass.of(by_id[c.instance_id]).key for c, _ in p.times} == {key}
+
+
+def test_table_refuses_malformed_documents(tmp_path):
+    bad = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {"X/1": {"classes": {"c": [{"m": 0}]}}}}
+    with pytest.raises(CorruptArtifactError, match="malformed"):
+        tuning.TuningTable.from_json(bad)
+    with pytest.raises(CorruptArtifactError, match="version-1"):
+        tuning.TuningTable.from_json({"format": "something else"})
+    path = tmp_path / "t.json"
+    path.write_text("{not json")
+    with pytest.raises(CorruptArtifactError, match="cannot be read"):
+        tuning.load(str(path))
+
+
+# --- lookup ---------------------------------------------------------------------------------------------
+
+A, B = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop", "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop"
+
+
+def _point(m, n, k, **times) -> tuning.Point:
+    ordered = sorted(((tuning.Candidate(iid), us) for iid, us in times.items()), key=lambda t: t[1])
+    return tuning.Point(m, n, k, tuple(ordered))
+
+
+def _table(points) -> tuning.TuningTable:
+    return tuning.TuningTable({H200.key: {"bf16_bf16_bf16_kkn": list(points)}})
+
+
+def test_lookup_on_a_grid_point_returns_its_measured_winner():
+    t = _table([_point(256, 4096, 4096, **{A: 30.0, B: 40.0}), _point(1024, 4096, 4096, **{A: 90.0, B: 80.0})])
+    for m, want, us in ((256, A, 30.0), (1024, B, 80.0)):
+        pick = t.lookup(H200, "bf16_bf16_bf16_kkn", m, 4096, 4096, 1, {A, B})
+        assert (pick.instance_id, pick.us) == (want, pytest.approx(us))
+
+
+def test_lookup_interpolates_monotonically_in_log_m():
+    """Between two grid points each candidate's log time moves from one (model-scaled) end point to the
+    other as M grows: the blend weight rises monotonically from 0 to 1."""
+    col = [_point(256, 4096, 4096, **{A: 30.0}), _point(1024, 4096, 4096, **{A: 90.0})]
+    weights = []
+    for m in range(256, 1025, 16):
+        points, _ = tuning._m_bracket(col, m)
+        weights.append(dict((p.m, w) for p, w in points).get(1024, 0.0))
+    assert weights[0] == 0.0 and weights[-1] == 1.0
+    assert all(a <= b for a, b in itertools.pairwise(weights))
+    spec = GemmSpec.parse(A)
+    m = 512
+    est = tuning.estimate(tuning._m_bracket(col, m)[0], (m, 4096, 4096, 1), 132, {A})
+    scaled = [
+        us * model.estimate_s(spec, m, 4096, 4096, 1, 132) / model.estimate_s(spec, p.m, p.n, p.k, 1, 132)
+        for p, us in ((col[0], 30.0), (col[1], 90.0))
+    ]
+    assert min(scaled) <= next(iter(est.values())) <= max(scaled)
+    assert next(iter(est.values())) == pytest.approx(math.sqrt(scaled[0] * scaled[1]))  # halfway in log M
+
+
+def test_lookup_is_deterministic_and_independent_of_point_order():
+    pts = [_point(m, 4096, 4096, **{A: m * 0.1 + 5, B: m * 0.09 + 9}) for m in (64, 256, 1024, 4096)]
+    pts += [_point(m, 8192, 8192, **{A: m * 0.4 + 5, B: m * 0.5 + 9}) for m in (64, 256, 1024, 4096)]
+    picks = set()
+    for seed in range(5):
+        shuffled = pts[:]
+        random.Random(seed).shuffle(shuffled)
+        t = _table(shuffled)
+        picks.add(tuple(t.lookup(H200, "bf16_bf16_bf16_kkn", 700, 6000, 5000, 1, {A, B}) for _ in range(2)))
+    assert len(picks) == 1
+
+
+def test_lookup_skips_instances_this_installation_lacks():
+    t = _table([_point(256, 4096, 4096, **{A: 30.0, B: 40.0})])
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {B}).instance_id == B
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, set()) is None
+    assert t.lookup(gpus.named("H100 PCIe"), "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {A, B}) is None
+
+
+# --- select ---------------------------------------------------------------------------------------------
+
+
+def test_select_never_returns_an_instance_that_cannot_run(catalog_rt, default_specs):
+    """Every shipped class, on the tuned GPU (table) and on one the table lacks (model), over random
+    problems: the choice is of the query's class, so it runs the problem."""
+    rng = random.Random(7)
+    classes = sorted({ProblemClass.of(s) for s in default_specs}, key=lambda c: c.key)
+    sources = set()
+    for cls in classes:
+        for gpu in ("H200", "H100 PCIe"):
+            for _ in range(4):
+                m, n, k = (16 * max(1, round(2 ** rng.uniform(0, 10))) for _ in range(3))
+                choice = select(m, n, k, batch=rng.choice((1, 3)), gpu=gpu, **_problem_kwargs(cls))
+                spec = GemmSpec.parse(choice.instance_id)
+                assert ProblemClass.of(spec) == cls
+                assert choice.instance_id in catalog_rt.manifest.instances
+                sources.add(choice.source)
+    assert sources == {"table", "model"}
+
+
+def test_select_caches_choices(catalog_rt):
+    first = select(512, 4096, 4096, a_dtype="bf16", gpu="H200")
+    assert select(512, 4096, 4096, a_dtype="bf16", gpu="H200") is first
+    assert first.source == "table" and "table NVIDIA H200/132" in first.reason
+    assert first.launch_overrides() == {"raster_along_m": None, "group_size": None}
+
+
+def test_select_on_the_current_device_uses_its_name_and_sm_count(catalog_rt, fake):
+    choice = select(512, 4096, 4096, a_dtype="bf16")  # the fake driver's device 0 is an "NVIDIA H200"
+    assert choice == select(512, 4096, 4096, a_dtype="bf16", gpu="H200")
+
+
+def test_no_instance_lists_the_nearest(catalog_rt):
+    with pytest.raises(NoInstanceError) as info:
+        select(256, 256, 256, a_dtype="bf16", b_dtype="fp16")
+    assert info.value.nearest and all(i.startswith("sm90_") for i in info.value.nearest)
+    assert "nearest shipped instances" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(m=256, n=4100, k=256), "D is n-major, so its rows are n = 4100"),
+        (dict(m=256, n=256, k=4100), "A is k-major, so its rows are k = 4100"),
+        (dict(m=0, n=256, k=256), "m=0"),
+        (dict(m=256, n=256, k=256, a_dtype="int8"), "a_dtype='int8'"),
+        (dict(m=256, n=256, k=256, gpu="A100"), "unknown GPU 'A100'"),
+        (dict(m=256, n=256, k=256, gpu="H200", device=0), "both device"),
+        (dict(m=256, n=256, k=256, c_major="n"), "c_major='n' given without c_dtype"),
+        (dict(m=256, n=256, k=256, fp8_fast_accum=1), "fp8_fast_accum must be a bool"),
+    ],
+)
+def test_select_refuses_bad_arguments(catalog_rt, kwargs, match):
+    kwargs.setdefault("a_dtype", "bf16")
+    with pytest.raises(InvalidArgumentError, match=match):
+        select(**kwargs)
+
+
+# --- the model ------------------------------------------------------------------------------------------
+
+
+def test_model_sees_wave_quantization():
+    """133 tiles on 132 SMs take two waves: the model must price that above 132 tiles."""
+    spec = GemmSpec.parse(A)  # 128 x 256 tiles
+    one_wave = model.estimate_s(spec, 128 * 12, 256 * 11, 8192, 1, 132)  # 132 tiles
+    two_waves = model.estimate_s(spec, 128 * 19, 256 * 7, 8192, 1, 132)  # 133 tiles
+    assert two_waves > 1.7 * one_wave
+
+
+def test_model_prefers_narrow_tiles_for_decode_shapes(default_specs):
+    bf16 = [s for s in default_specs if ProblemClass.of(s).key == "bf16_bf16_bf16_kkn"]
+    _, spec, why = model.best(bf16, 8, 4096, 4096, 1, 132)
+    assert spec.tile[0] == 64 and "cost model" in why
