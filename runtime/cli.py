@@ -775,8 +775,8 @@ def _sample_spec(catalog):
 def _check_loading(report: _Report, rt, catalog, gpus) -> None:
     """Per supported GPU: select()'s pick for a sample problem, loaded for real in the device's primary
     context (device and driver checks, cubin, module, function, shared memory, occupancy)."""
-    from .driver import check, handle
     from .dispatch import select
+    from .driver import check, handle
 
     spec = _sample_spec(catalog)
     if spec is None:

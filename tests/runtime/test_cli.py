@@ -23,10 +23,10 @@ from fake_driver import CUresult, Device, FakeDriver, Handle
 from fake_kernels import make_doc, record, spec, write_kernels
 
 from runtime import cli, manifest, state, tuning
-from runtime.errors import MissingDependencyError
-from runtime.knobs import Knobs
 from runtime.dispatch import ProblemClass
 from runtime.dispatch import select as select_api
+from runtime.errors import MissingDependencyError
+from runtime.knobs import Knobs
 from runtime.spec import GemmSpec
 
 REPO = Path(__file__).resolve().parents[2]

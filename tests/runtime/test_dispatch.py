@@ -18,8 +18,8 @@ from fake_kernels import record
 from codegen.matrix import load_matrix
 from runtime import gpus, model, tuning
 from runtime.contract import Manifest
-from runtime.errors import CorruptArtifactError, InvalidArgumentError, NoInstanceError
 from runtime.dispatch import ProblemClass, select
+from runtime.errors import CorruptArtifactError, InvalidArgumentError, NoInstanceError
 from runtime.spec import GemmSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,10 @@ def test_table_refuses_malformed_documents(tmp_path):
 
 # --- lookup ---------------------------------------------------------------------------------------------
 
-A, B = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop", "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop"
+A, B = (
+    "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop",
+    "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop",
+)
 
 
 def _point(m, n, k, **times) -> tuning.Point:
@@ -106,7 +109,9 @@ def _table(points) -> tuning.TuningTable:
 
 
 def test_lookup_on_a_grid_point_returns_its_measured_winner():
-    t = _table([_point(256, 4096, 4096, **{A: 30.0, B: 40.0}), _point(1024, 4096, 4096, **{A: 90.0, B: 80.0})])
+    t = _table(
+        [_point(256, 4096, 4096, **{A: 30.0, B: 40.0}), _point(1024, 4096, 4096, **{A: 90.0, B: 80.0})]
+    )
     for m, want, us in ((256, A, 30.0), (1024, B, 80.0)):
         pick = t.lookup(H200, "bf16_bf16_bf16_kkn", m, 4096, 4096, 1, {A, B})
         assert (pick.instance_id, pick.us) == (want, pytest.approx(us))
@@ -119,7 +124,7 @@ def test_lookup_interpolates_monotonically_in_log_m():
     weights = []
     for m in range(256, 1025, 16):
         points, _ = tuning._m_bracket(col, m)
-        weights.append(dict((p.m, w) for p, w in points).get(1024, 0.0))
+        weights.append({p.m: w for p, w in points}.get(1024, 0.0))
     assert weights[0] == 0.0 and weights[-1] == 1.0
     assert all(a <= b for a, b in itertools.pairwise(weights))
     spec = GemmSpec.parse(A)
