@@ -48,7 +48,7 @@ _API = {
     "Instance": "api",
     "instances": "api",
     "launch": "api",
-    "gemm": "gemm",
+    "gemm": "array_gemm",
     "select": "dispatch",
     "Choice": "dispatch",
 }

@@ -209,7 +209,7 @@ class DeviceMismatchError(HgemmError, ValueError):
 
 class NoInstanceError(HgemmError, LookupError):
     """No shipped instance can run the problem (its dtypes, layouts or C); ``nearest`` holds the ids of
-    the closest shipped instances (fewest differing dtype/layout/C fields), for the message and for callers."""
+    the closest shipped instances (fewest differing dtype/layout/C fields)."""
 
     def __init__(self, wanted: str, nearest=()):
         self.wanted, self.nearest = wanted, tuple(nearest)

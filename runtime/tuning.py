@@ -9,8 +9,9 @@ it is committed as runtime/tuning.json and ships in the wheel beside this module
     POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2,
              "times": [["<instance id>", raster_along_m or null, group_size or null, us], ...]}
 
-A point's ``times`` are the finalists' median times (fastest first): the instances that survived the
-tuner's screening, each with the launch overrides it was timed with.
+A point's ``times`` hold every instance of the class, fastest first, each with the launch overrides it was
+timed with: the ``finalists`` fastest of the tuner's screening re-timed in full rounds (medians), the
+others at their screening time scaled to the full rounds (build_tools/tune.py, `table_point`).
 
 Lookup (`TuningTable.lookup`): the grid is a set of (N, K) *columns*, each timed at log-spaced M. A
 query takes the column nearest in (log N, log K) and brackets its M (times batch: a batched problem has
@@ -66,6 +67,7 @@ class Point:
     k: int
     times: tuple[tuple[Candidate, float], ...]
     cublas_us: float | None = None
+    finalists: int | None = None  # how many of the fastest entries were re-timed in full rounds
 
     def to_json(self) -> dict:
         return {
@@ -73,6 +75,7 @@ class Point:
             "n": self.n,
             "k": self.k,
             "cublas_us": None if self.cublas_us is None else round(self.cublas_us, 3),
+            "finalists": self.finalists,
             "times": [c.to_json(us) for c, us in self.times],
         }
 
@@ -89,7 +92,10 @@ class Point:
             dims = [doc[d] for d in "mnk"]
             if any(type(v) is not int or v < 1 for v in dims) or not times:
                 raise ValueError("bad extents or no times")
-            return cls(*dims, tuple(sorted(times, key=lambda t: t[1])), doc.get("cublas_us"))
+            finalists = doc.get("finalists")
+            if finalists is not None and (type(finalists) is not int or not 0 <= finalists <= len(times)):
+                raise ValueError("bad finalists count")
+            return cls(*dims, tuple(sorted(times, key=lambda t: t[1])), doc.get("cublas_us"), finalists)
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(f"tuning table point {where} is malformed ({e})") from None
 

@@ -40,7 +40,10 @@ def test_wheel_holds_only_cubins_python_and_json(wheel):
     tops = {n.split("/")[0] for n in names}
     assert tops == {"hgemm_sm90", wheel.name.split("-py3")[0] + ".dist-info"}, tops
     payload = [n for n in names if not n.endswith("/") and ".dist-info/" not in n]
-    assert all(n.endswith((".py", ".cubin", "manifest.json")) for n in payload), payload
+    assert all(
+        n.endswith((".py", ".cubin", "manifest.json")) or n == "hgemm_sm90/tuning.json" for n in payload
+    ), payload
+    assert "hgemm_sm90/tuning.json" in payload  # dispatch's table (docs/DISPATCH.md) ships beside the runtime
     cubins = [n for n in payload if n.endswith(".cubin")]
     manifest = json.loads(zipfile.ZipFile(wheel).read("hgemm_sm90/kernels/manifest.json"))
     assert manifest["profile"] == "ci"

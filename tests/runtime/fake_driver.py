@@ -299,6 +299,22 @@ class FakeDriver:
             return (CUresult.CUDA_SUCCESS, Handle(self.ctx(dev)) if dev is not None else Handle(0))
         return (CUresult.CUDA_SUCCESS, int(managed))
 
+    def cuEventCreate(self, flags):
+        err = self._enter("cuEventCreate", flags)
+        if not err and not self._stack():
+            err = CUresult.CUDA_ERROR_INVALID_CONTEXT  # the event belongs to the current context
+        if err:
+            return (err, Handle(0))
+        event = next(self._ids)
+        self.owner[event] = self._stack()[-1]
+        return (CUresult.CUDA_SUCCESS, Handle(event))
+
+    def cuEventRecord(self, event, stream):
+        return (self._enter("cuEventRecord", int(event), stream) or CUresult.CUDA_SUCCESS,)
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        return (self._enter("cuStreamWaitEvent", stream, int(event), flags) or CUresult.CUDA_SUCCESS,)
+
     def cuDeviceCanAccessPeer(self, dev, peer):
         err = self._enter("cuDeviceCanAccessPeer", dev, peer)
         return (err, 0) if err else (CUresult.CUDA_SUCCESS, int(self.peer_ok))
