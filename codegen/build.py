@@ -1,17 +1,24 @@
 """The compile driver: kernel_specs.yaml profile -> cubins + manifest.json (`python -m codegen.build`).
 
 Runs on a CPU-only machine. For each instance of the profile: look it up in the content-addressed cache
-(codegen/cache.py); on a miss, compile it with the DSL for sm_90a in a worker process, read the cubin's
-facts (codegen/cubin_info.py), capture its launch contract by running the DSL's own host code against a
-stub CUDA runtime (codegen/contract.py), and store the entry. Then copy the cubins into the output
-directory and write `manifest.json` last, atomically: a crash never leaves a manifest that
-names a missing cubin. Facts of the run (what was compiled or cached, compile seconds) go to
-`build_report.json` in the same directory, never into the manifest: CMakeLists.txt installs only `*.cubin`
-and `manifest.json` from it, so the report does not reach the wheel, and two builds of one commit ship the
-same bytes.
+(codegen/cache.py); on a miss, have a worker compile it with the DSL for sm_90a, read the cubin's facts
+(codegen/cubin_info.py) and capture its launch contract by running the DSL's own host code against a stub
+CUDA runtime (codegen/contract.py) — all in codegen/worker.py — and store what the worker returns. Workers
+are a local process pool by default, or a Dask cluster (`--executor`, codegen/executors.py); either way
+only this process writes the cache and the output. Then the cubins are copied into the output directory
+and `manifest.json` is written last, atomically: a crash never leaves a manifest that names a missing
+cubin (codegen/output.py). Facts of the run (what was compiled or cached, compile seconds, the executor)
+go to `build_report.json` in the same directory, never into the manifest: CMakeLists.txt installs only
+`*.cubin` and `manifest.json` from it, so the report does not reach the wheel, and two builds of one
+commit ship the same bytes.
+
+`--shard I/N` builds only the I-th of N disjoint parts of the profile into a shard directory, and
+`python -m codegen.build merge SHARD_DIR... --out DIR` joins N of them into the kernel directory an
+unsharded build would write, byte for byte (codegen/shards.py).
 
 What can be checked before compiling is checked first, each failure one line naming the fix (exit 1): the
-spec file and the profile (codegen/matrix.py), the pinned DSL and the C compiler (codegen/toolchain.py).
+shard, balance and executor arguments, the spec file and the profile (codegen/matrix.py), the pinned DSL
+and the C compiler (codegen/toolchain.py).
 
 A failing instance fails the build with its id and the DSL's message; `--keep-going` collects every
 failure first and reports them together (still exiting non-zero).
@@ -20,102 +27,43 @@ failure first and reports them together (still exiting non-zero).
 from __future__ import annotations
 
 import argparse
-import atexit
+import contextlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
-from runtime.contract import Manifest
+from runtime.contract import InstanceRecord, Manifest
 from runtime.spec import GemmSpec, SpecError
 
 from .cache import BuildCache, CacheEntry, cache_key
+from .executors import ExecutorChoice, ExecutorError, open_runner, parse_executor
 from .matrix import MatrixError, load_matrix
+from .output import BUILD_REPORT, write_kernel_files
+from .output import write_build_report as _write_report
+from .prebuilt import PrebuiltError, adopt_kernel_dir
+from .shards import Shard, ShardError, load_costs, merge, parse_shard, split, split_digest, write_shard_dir
 from .toolchain import ToolchainError, check_c_compiler, check_pinned_dsl, toolchain_stamp
+from .worker import BuildError, Compiled, check_no_spills, compile_job
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILD_REPORT = "build_report.json"  # beside manifest.json; not installed (CMakeLists.txt), not shipped
+
+__all__ = [  # what tests and tools import from here; BuildError and check_no_spills live in codegen/worker.py
+    "BUILD_REPORT",
+    "BuildArgs",
+    "BuildError",
+    "build_entries",
+    "check_no_spills",
+    "main",
+    "plan",
+    "run",
+    "write_build_report",
+    "write_kernel_dir",
+]
 
 
-class BuildError(RuntimeError):
-    pass
-
-
-# ----------------------------------------------------------------------------- worker side
-_WORKER_DUMP_DIR: str | None = None
-
-
-def _worker_init() -> None:
-    """Runs once per worker process, before the DSL is imported there."""
-    global _WORKER_DUMP_DIR
-    from .dsl import configure_environment
-
-    _WORKER_DUMP_DIR = tempfile.mkdtemp(prefix="hgemm-dsl-dump-")
-    # The DSL dumps intermediates there; spawn workers run atexit handlers when the pool shuts down cleanly.
-    atexit.register(shutil.rmtree, _WORKER_DUMP_DIR, True)
-    configure_environment(_WORKER_DUMP_DIR)
-
-
-def compile_and_capture(spec: GemmSpec, cache: BuildCache, stamp: dict) -> CacheEntry:
-    """Compile one instance and capture its launch contract; returns the (new) cache entry."""
-    from .contract import capture_contract
-    from .cubin_info import parse_cubin
-    from .dsl import compile_instance
-    from .validity import why_unsupported
-
-    # The matrix expansion already drops these; a direct caller must not get a silently wrong cubin (the
-    # DSL happily traces some shapes this kernel does not handle, e.g. a 96-row tile).
-    reason = why_unsupported(spec)
-    if reason is not None:
-        raise BuildError(f"{spec.name()} is not supported by this kernel: {reason}")
-    with tempfile.TemporaryDirectory(prefix="hgemm-build-") as tmp:
-        compiled = compile_instance(spec, Path(tmp) / "export")
-        info = parse_cubin(compiled.cubin)
-        record = capture_contract(spec, compiled, info, Path(tmp) / "oracle")
-        check_no_spills(spec, record.stats)
-        key = cache_key(spec.to_json(), stamp)
-        return cache.store(
-            key,
-            {"kernel.cubin": compiled.cubin, "host.o": compiled.host_object, "host.h": compiled.host_header},
-            record,
-            host_function={"prefix": compiled.prefix, "name": compiled.function_name},
-            compile_seconds=compiled.compile_seconds,  # a build fact: the cache's index, not the record
-        )
-
-
-def check_no_spills(spec: GemmSpec, stats: dict) -> None:
-    """BuildError if the kernel uses local memory: a spilling GEMM mainloop is several times slower and
-    nothing else would say so. The register plan (codegen/validity.py) is meant to make this unreachable
-    for supported specs; this is the measured check behind it."""
-    if stats["local_bytes"] > 0:
-        raise BuildError(
-            f"{spec.name()} spills: ptxas placed {stats['local_bytes']} bytes per thread in local memory "
-            f"({stats['registers']} registers at launch). The register plan is too optimistic for this tile: "
-            "use a smaller tile (or fp8_fast_accum), or raise codegen.validity.NON_ACC_REGS so the rules "
-            "refuse it"
-        )
-
-
-def _worker_job(spec_json: dict, cache_root: str, stamp: dict) -> tuple[str, str | None, str | None]:
-    """(instance id, cache entry path or None, error text or None). Never raises across the pool."""
-    name = str(spec_json)
-    try:
-        spec = GemmSpec.from_json(spec_json)
-        name = spec.name()
-        entry = compile_and_capture(spec, BuildCache(Path(cache_root)), stamp)
-        return name, str(entry.path), None
-    except Exception as exc:  # noqa: BLE001  (any failure is reported with the instance id by the parent)
-        return name, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-
-
-# ----------------------------------------------------------------------------- parent side
 @dataclass(frozen=True)
 class BuildArgs:
     spec: Path
@@ -126,6 +74,11 @@ class BuildArgs:
     keep_going: bool
     cache_dir: Path | None
     quiet: bool
+    shard: str | None = None  # "I/N"
+    balance: Path | None = None  # a build_report.json whose compile seconds balance the shards
+    executor: str = "pool"  # pool | dask | dask-local:N (codegen/executors.py)
+    scheduler: str | None = None  # the Dask scheduler's address, for --executor dask
+    kernels_from: Path | None = None  # adopt this (merged) kernel directory instead of compiling
 
 
 def build_entries(
@@ -136,11 +89,14 @@ def build_entries(
     keep_going: bool = False,
     progress: bool = True,
     outcome: dict[str, str] | None = None,
+    executor: ExecutorChoice | None = None,
 ) -> dict[str, CacheEntry]:
     """Compile (or fetch from cache) every spec; returns id -> cache entry. Raises BuildError on failure.
 
     Every cache hit is verified (codegen/cache.py); a damaged entry is rebuilt, with one warning line.
-    `outcome`, if given, is filled with id -> "cached", "compiled" or "rebuilt" (was damaged)."""
+    Misses are compiled by `executor` (default: a pool of `jobs` processes); the workers return bytes and
+    this process alone stores them in the cache. `outcome`, if given, is filled with id -> "cached",
+    "compiled" or "rebuilt" (was damaged)."""
     stamp = toolchain_stamp()
     entries: dict[str, CacheEntry] = {}
     missing: list[GemmSpec] = []
@@ -159,22 +115,22 @@ def build_entries(
     if missing:
         from tqdm import tqdm
 
+        runner = open_runner(executor or parse_executor("pool"), jobs)  # may fail: before the bar
         bar = tqdm(total=len(missing), desc="compiling sm_90a cubins", unit="kernel", disable=not progress)
-        ctx = get_context("spawn")  # the DSL holds MLIR contexts and threads: never fork it
-        with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx, initializer=_worker_init) as pool:
-            futures = [pool.submit(_worker_job, s.to_json(), str(cache.root), stamp) for s in missing]
-            for fut in as_completed(futures):
-                name, path, error = fut.result()
+        try:
+            for i, result in runner.results(compile_job, [(s.to_json(), stamp) for s in missing]):
+                spec = missing[i]
                 bar.update(1)
-                if error is None:
-                    entries[name] = CacheEntry(Path(path))
+                if isinstance(result, Compiled):
+                    entries[spec.name()] = _store(cache, spec, stamp, result)
                     continue
-                failures.append((name, error))
+                failures.append((spec.name(), result.error))  # Failed (the job's error) or Lost
                 if not keep_going:
-                    for other in futures:
-                        other.cancel()
+                    runner.cancel()
                     break
-        bar.close()
+        finally:
+            runner.close()
+            bar.close()
     if outcome is not None:
         outcome.update({name: how[name] for name in entries})
     if failures:
@@ -184,55 +140,60 @@ def build_entries(
     return entries
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def _store(cache: BuildCache, spec: GemmSpec, stamp: dict, result: Compiled) -> CacheEntry:
+    """File a worker's result in the cache under the key the driver computes (its stamp, its spec)."""
+    if result.name != spec.name():
+        raise BuildError(f"a worker returned {result.name} for {spec.name()}")
+    return cache.store(
+        cache_key(spec.to_json(), stamp),
+        result.files,
+        InstanceRecord.from_json(result.record, where=spec.name()),
+        host_function=result.host_function,
+        compile_seconds=result.compile_seconds,  # a build fact: the cache's index, not the record
+    )
 
 
 def write_kernel_dir(entries: dict[str, CacheEntry], out: Path, profile: str) -> Manifest:
     """Copy cubins to `out`, then write manifest.json last. Returns the manifest."""
-    out.mkdir(parents=True, exist_ok=True)
-    instances = {}
-    for name in sorted(entries):
-        record = entries[name].record
-        _write_atomic(out / record.cubin, entries[name].cubin.read_bytes())
-        instances[name] = record
-    for stale in out.glob("*.cubin"):
-        if stale.stem not in instances:
-            stale.unlink()
-    manifest = Manifest(
-        profile=profile,
-        toolchain=toolchain_stamp(),
-        instances=instances,
-        path=str((out / "manifest.json").resolve()),
+    return write_kernel_files(
+        out,
+        {name: entry.cubin.read_bytes() for name, entry in entries.items()},
+        {name: entry.record for name, entry in entries.items()},
+        profile,
+        toolchain_stamp(),
     )
-    doc = json.dumps(manifest.to_json(), sort_keys=True, indent=1) + "\n"
-    _write_atomic(out / "manifest.json", doc.encode())
-    return manifest
 
 
 def write_build_report(
-    out: Path, profile: str, entries: dict[str, CacheEntry], outcome: dict[str, str], seconds: float
+    out: Path,
+    profile: str,
+    entries: dict[str, CacheEntry],
+    outcome: dict[str, str],
+    seconds: float,
+    **facts,
 ) -> Path:
-    """`out`/build_report.json: the facts of this run, which differ between two builds of one commit."""
+    """`out`/build_report.json: the facts of this run, which differ between two builds of one commit.
+    `facts` adds run facts such as the executor or the shard."""
     instances = {
         name: {"from": outcome.get(name, "cached"), "compile_seconds": entries[name].compile_seconds}
-        for name in sorted(entries)
+        for name in entries
     }
-    counts = {
-        how: sum(1 for i in instances.values() if i["from"] == how)
-        for how in ("cached", "compiled", "rebuilt")
-    }
-    doc = {"profile": profile, "seconds": round(seconds, 3), **counts, "instances": instances}
-    path = out / BUILD_REPORT
-    _write_atomic(path, (json.dumps(doc, sort_keys=True, indent=1) + "\n").encode())
-    return path
+    return _write_report(out, {"profile": profile, "seconds": round(seconds, 3), **facts}, instances)
 
 
-def plan(args: BuildArgs) -> list[GemmSpec]:
-    """Everything that can fail before a compile, checked in order of cost; returns the specs to build.
-    Each failure is a one-line BuildError or ToolchainError naming the fix."""
+@dataclass(frozen=True)
+class Plan:
+    """What a build will do, decided before any compile."""
+
+    selection: list[GemmSpec]  # every instance the profile (and --kernels) selects
+    specs: list[GemmSpec]  # the ones this run builds: the selection, or this shard's part of it
+    executor: ExecutorChoice
+    shard: Shard | None = None
+    split_sha256: str | None = None
+
+
+def select(args: BuildArgs) -> list[GemmSpec]:
+    """The instances the spec file's profile (and --kernels) selects; one-line BuildError otherwise."""
     try:
         matrix = load_matrix(args.spec)
         if args.profile not in matrix.profiles:
@@ -251,33 +212,123 @@ def plan(args: BuildArgs) -> list[GemmSpec]:
         raise BuildError(f"{where}{msg}") from None
     if not expansion.specs:
         raise BuildError(f"profile {args.profile!r} with --kernels {args.kernels} selects no instance")
-    check_c_compiler()
-    check_pinned_dsl()
     return list(expansion.specs)
 
 
-def run(args: BuildArgs) -> Manifest:
-    specs = plan(args)
+def plan(args: BuildArgs) -> Plan:
+    """Everything that can fail before a compile, checked in order of cost; returns what to build.
+    Each failure is a one-line BuildError, ShardError, ExecutorError or ToolchainError naming the fix."""
+    shard = parse_shard(args.shard) if args.shard else None
+    if args.balance and not shard:
+        raise ShardError("--balance only balances a sharded build; add --shard I/N")
+    costs = load_costs(args.balance) if args.balance else None
+    executor = parse_executor(args.executor, args.scheduler)
+    selection = select(args)
+    check_c_compiler()
+    check_pinned_dsl()
+    if shard is None:
+        return Plan(selection, selection, executor)
+    parts = split([s.name() for s in selection], shard.count, costs)
+    mine = set(parts[shard.index - 1])
+    specs = [s for s in selection if s.name() in mine]
+    return Plan(selection, specs, executor, shard, split_digest(parts))
+
+
+def run_adopt(args: BuildArgs) -> Manifest:
+    """--kernels-from DIR: write DIR to --out if it is exactly this build (codegen/prebuilt.py)."""
+    if args.shard:
+        raise ShardError("--kernels-from adopts a whole (merged) build; it does not take --shard")
+    t0 = time.perf_counter()
+    selection = [s.name() for s in select(args)]
+    manifest = adopt_kernel_dir(args.kernels_from, args.out, args.profile, selection, toolchain_stamp())
+    doc = {
+        "profile": args.profile,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "adopted": str(args.kernels_from),
+    }
+    report = _write_report(args.out, doc, {name: {"from": "adopted"} for name in manifest.instances})
+    if not args.quiet:
+        print(
+            f"hgemm-sm90: {len(manifest.instances)} instances of profile {args.profile!r} adopted from "
+            f"{args.kernels_from} -> {args.out} (nothing compiled; report: {report})",
+            file=sys.stderr,
+        )
+    return manifest
+
+
+def run(args: BuildArgs) -> Manifest | None:
+    """Build `args.out`: a kernel directory (returns its Manifest), or with --shard a shard directory
+    (returns None; `merge` makes the kernel directory)."""
+    if args.kernels_from:
+        return run_adopt(args)
+    todo = plan(args)
     t0 = time.perf_counter()
     outcome: dict[str, str] = {}
     entries = build_entries(
-        specs,
+        todo.specs,
         cache=BuildCache(args.cache_dir),
         jobs=args.jobs,
         keep_going=args.keep_going,
         progress=not args.quiet,
         outcome=outcome,
+        executor=todo.executor,
     )
-    manifest = write_kernel_dir(entries, args.out, args.profile)
+    facts: dict = {"executor": todo.executor.describe(args.jobs)}
+    manifest = None
+    if todo.shard is None:
+        manifest = write_kernel_dir(entries, args.out, args.profile)
+    else:
+        facts["shard"] = str(todo.shard)
+        write_shard_dir(
+            args.out,
+            todo.shard,
+            cubins={name: entry.cubin.read_bytes() for name, entry in entries.items()},
+            records={name: entry.record for name, entry in entries.items()},
+            profile=args.profile,
+            kernels=args.kernels,
+            toolchain=toolchain_stamp(),
+            selection=[s.name() for s in todo.selection],
+            digest=todo.split_sha256,
+        )
     seconds = time.perf_counter() - t0
-    report = write_build_report(args.out, args.profile, entries, outcome, seconds)
+    report = write_build_report(args.out, args.profile, entries, outcome, seconds, **facts)
     if not args.quiet:
-        total = sum(r.cubin_bytes for r in manifest.instances.values())
+        total = sum(e.record.cubin_bytes for e in entries.values())
         cached = sum(1 for how in outcome.values() if how == "cached")
+        what = f"{len(entries)} instances of profile {args.profile!r}"
+        if todo.shard is not None:
+            what = f"shard {todo.shard}: {len(entries)} of the {len(todo.selection)} instances of profile"
+            what += f" {args.profile!r}"
         print(
-            f"hgemm-sm90: {len(entries)} instances of profile {args.profile!r} -> {args.out} "
-            f"({len(entries) - cached} compiled, {cached} from the cache; {total / 1e6:.1f} MB of cubins, "
-            f"{seconds:.1f} s; report: {report})",
+            f"hgemm-sm90: {what} -> {args.out} ({len(entries) - cached} compiled, {cached} from the cache; "
+            f"{total / 1e6:.1f} MB of cubins, {seconds:.1f} s; report: {report})",
+            file=sys.stderr,
+        )
+    return manifest
+
+
+def run_merge(dirs: list[Path], out: Path, quiet: bool = False) -> Manifest:
+    """`merge`: check the shard directories and write their union to `out` (codegen/shards.py), with a
+    build report that joins the shards' reports."""
+    t0 = time.perf_counter()
+    manifest, shards = merge(dirs, out)
+    instances: dict[str, dict] = {}
+    for s in shards:
+        # A shard's report is a run fact, not part of the build: merge without it if it is unreadable.
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            instances.update(json.loads((s.path / BUILD_REPORT).read_text())["instances"])
+    instances = {name: instances.get(name, {"from": "unknown"}) for name in manifest.instances}
+    order = sorted(shards, key=lambda s: s.shard.index)
+    doc = {
+        "profile": manifest.profile,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "merged": [{"shard": str(s.shard), "from": str(s.path)} for s in order],
+    }
+    report = _write_report(Path(out), doc, instances)
+    if not quiet:
+        print(
+            f"hgemm-sm90: merged {len(shards)} shards of profile {manifest.profile!r}: "
+            f"{len(manifest.instances)} instances -> {out} (report: {report})",
             file=sys.stderr,
         )
     return manifest
@@ -287,21 +338,80 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+# Checked before any compile (or, for merge, before anything is written): one line, no traceback.
+_ONE_LINE_ERRORS = (MatrixError, SpecError, ToolchainError, ShardError, ExecutorError, PrebuiltError)
+
+
+def merge_main(argv: list[str]) -> int:
+    """`python -m codegen.build merge SHARD_DIR... --out DIR`."""
+    p = argparse.ArgumentParser(
+        prog="python -m codegen.build merge",
+        description="Merge the shard directories of one `--shard I/N` build into a kernel directory "
+        "byte-identical to an unsharded build of the profile.",
+    )
+    p.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        run_merge(args.shards, args.out, args.quiet)
+    except _ONE_LINE_ERRORS as exc:
+        print(f"hgemm-sm90 merge failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m codegen.build", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
+    p = argparse.ArgumentParser(
+        prog="python -m codegen.build",
+        description=__doc__.splitlines()[0],
+        epilog="python -m codegen.build merge SHARD_DIR... --out DIR joins the shards of a --shard build "
+        "(see its --help). docs/BUILD.md describes both.",
+    )
     p.add_argument("--spec", type=Path, default=REPO_ROOT / "kernel_specs.yaml")
     p.add_argument("--profile", default=os.environ.get("HGEMM_PROFILE", "default"))
     p.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "kernels")
     p.add_argument("--kernels", nargs="*", default=[], metavar="GLOB", help="only instances matching")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pool processes (--executor pool)")
     p.add_argument("--keep-going", action="store_true", help="build everything, then report all failures")
     p.add_argument("--cache-dir", type=Path, default=None, help="default: $HGEMM_BUILD_CACHE or ~/.cache")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--shard", metavar="I/N", help="build only the I-th of N disjoint parts of the profile into --out"
+    )
+    p.add_argument(
+        "--balance",
+        type=Path,
+        metavar="REPORT",
+        help="balance the shards by the compile seconds in this build_report.json (every shard job must "
+        "get the same file)",
+    )
+    p.add_argument(
+        "--executor",
+        default=os.environ.get("HGEMM_BUILD_EXECUTOR", "pool"),
+        help="pool (default; $HGEMM_BUILD_EXECUTOR), dask (with --scheduler) or dask-local:N",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=os.environ.get("HGEMM_DASK_SCHEDULER") or None,
+        metavar="ADDRESS",
+        help="the Dask scheduler for --executor dask (default: $HGEMM_DASK_SCHEDULER)",
+    )
+    p.add_argument(
+        "--kernels-from",
+        type=Path,
+        default=os.environ.get("HGEMM_KERNELS_FROM") or None,
+        metavar="DIR",
+        help="adopt this merged kernel directory instead of compiling, if it is exactly this build "
+        "(default: $HGEMM_KERNELS_FROM; how a sharded CI build becomes a wheel)",
+    )
     args = BuildArgs(**vars(p.parse_args(argv)))
     try:
         run(args)
-    # Checked before any compile: one line, no traceback.
-    except (MatrixError, SpecError, ToolchainError) as exc:
+    except _ONE_LINE_ERRORS as exc:
         print(f"hgemm-sm90 build failed: {_one_line(exc)}", file=sys.stderr)
         return 1
     except BuildError as exc:  # instance failures carry the DSL's message (several lines each)
