@@ -284,9 +284,12 @@ def host_costs(torch, hg, calls: int = 2000, runs: int = 5) -> dict:
     launch queue from filling."""
     a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16).T
+    d = torch.empty(128, 128, device="cuda", dtype=torch.bfloat16)
     fns = {
         "gemm(a, b)": lambda: hg.gemm(a, b),
         "torch.matmul(a, b)": lambda: torch.matmul(a, b),
+        "gemm(a, b, out=d)": lambda: hg.gemm(a, b, out=d),
+        "torch.matmul(a, b, out=d)": lambda: torch.matmul(a, b, out=d),
         "select(...) cached": lambda: hg.select(128, 128, 64, a_dtype="bf16"),
     }
     for f in fns.values():

@@ -282,7 +282,7 @@ def torch_module(streams=None):
     mod.allocated = []
     mod.streams = dict(streams or {})
 
-    def empty(shape, dtype, device):
+    def empty(*shape, dtype, device):  # sizes as arguments, as runtime/array_gemm.py calls torch.empty
         t = TorchTensor(tuple(shape), dtype, device=device.index)
         mod.allocated.append(((tuple(shape), dtype, device), t))
         return t
