@@ -379,3 +379,23 @@ def test_committed_spec_summary(capsys):
     assert "    excluded by groups.dense16.exclude[0] {a_dtype: bf16, d_dtype: fp16}: 16, e.g. " in err
     assert "  fp8: 160 combination(s), 120 kept, 40 dropped\n    rule acc_registers: 40, e.g. " in err
     assert "warning" not in err
+
+
+# --- the tuning table ----------------------------------------------------------------------------------
+
+
+def test_check_fails_when_the_tuning_table_names_an_unshipped_instance(tree, capsys):
+    """runtime/tuning.json may only name instances the default profile ships (dispatch would skip the
+    rest silently): regen and --check fail, naming the strays and the fix."""
+    (tree / "runtime").mkdir(exist_ok=True)
+    table = tree / "runtime" / "tuning.json"
+    text = (REPO / "runtime" / "tuning.json").read_text()
+    table.write_text(text)
+    assert run(tree, "--check") == 0
+    table.write_text(text.replace(KNOWN, EXCLUDED))
+    assert run(tree, "--check") == 1
+    err = capsys.readouterr().err
+    assert "runtime/tuning.json names 1 instance(s)" in err and EXCLUDED in err and "build_tools.tune" in err
+    table.write_text("{broken")
+    assert run(tree, "--check") == 2
+    assert "tuning table cannot be read" in capsys.readouterr().err
