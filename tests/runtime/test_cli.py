@@ -22,7 +22,7 @@ import pytest
 from fake_driver import CUresult, Device, FakeDriver, Handle
 from fake_kernels import make_doc, record, spec, write_kernels
 
-from runtime import cli, manifest, state, tuning
+from runtime import cli, doctor, manifest, state, tuning
 from runtime.dispatch import ProblemClass
 from runtime.dispatch import select as select_api
 from runtime.errors import MissingDependencyError
@@ -479,9 +479,9 @@ def test_doctor_says_when_dispatch_falls_back_to_the_model(cli_rt, monkeypatch, 
 
 
 def test_doctor_prints_every_knob():
-    assert set(cli.KNOB_VARS) == {f.name for f in fields(Knobs)} - {"log_level_set"}
+    assert set(doctor.KNOB_VARS) == {f.name for f in fields(Knobs)} - {"log_level_set"}
     source = (REPO / "runtime" / "knobs.py").read_text()
-    assert all(f'"{var}"' in source for var in cli.KNOB_VARS.values())
+    assert all(f'"{var}"' in source for var in doctor.KNOB_VARS.values())
 
 
 # --- bench (its GPU path runs on the GPU machine; here only what it says without one) ----------------------
