@@ -215,17 +215,38 @@ def select(args: BuildArgs) -> list[GemmSpec]:
     return list(expansion.specs)
 
 
+BALANCE_FROM_CACHE = "cache"  # `--balance cache`: the compile seconds the build cache recorded
+
+
+def cached_compile_seconds(cache: BuildCache, specs: list[GemmSpec]) -> dict[str, float]:
+    """id -> compile seconds recorded by the (verified) cache entries of ``specs`` under this toolchain;
+    ids the cache does not know are left out (shards.split costs them the median). Only for shard jobs
+    that share one cache (e.g. a CI cache restored into every job): jobs whose caches differ split
+    differently, and the merge refuses their shards (docs/BUILD.md)."""
+    stamp = toolchain_stamp()
+    costs = {}
+    for spec in specs:
+        entry = cache.lookup(cache_key(spec.to_json(), stamp), name=spec.name())
+        seconds = entry.compile_seconds if entry is not None else None
+        if seconds:
+            costs[spec.name()] = seconds
+    return costs
+
+
 def plan(args: BuildArgs) -> Plan:
     """Everything that can fail before a compile, checked in order of cost; returns what to build.
     Each failure is a one-line BuildError, ShardError, ExecutorError or ToolchainError naming the fix."""
     shard = parse_shard(args.shard) if args.shard else None
     if args.balance and not shard:
         raise ShardError("--balance only balances a sharded build; add --shard I/N")
-    costs = load_costs(args.balance) if args.balance else None
+    from_cache = args.balance is not None and str(args.balance) == BALANCE_FROM_CACHE
+    costs = load_costs(args.balance) if args.balance and not from_cache else None
     executor = parse_executor(args.executor, args.scheduler)
     selection = select(args)
     check_c_compiler()
     check_pinned_dsl()
+    if from_cache:
+        costs = cached_compile_seconds(BuildCache(args.cache_dir), selection)
     if shard is None:
         return Plan(selection, selection, executor)
     parts = split([s.name() for s in selection], shard.count, costs)
@@ -387,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         metavar="REPORT",
         help="balance the shards by the compile seconds in this build_report.json (every shard job must "
-        "get the same file)",
+        "get the same file), or 'cache': those the build cache recorded (only when every shard job "
+        "shares one cache)",
     )
     p.add_argument(
         "--executor",

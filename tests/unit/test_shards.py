@@ -371,3 +371,26 @@ def test_the_merge_command_refuses_bad_shard_sets_in_one_line(ci_shards, tmp_pat
     )
     assert "foreign shard" in err and "another toolchain" in err and "dists" in err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.compiler
+def test_balance_cache_splits_by_the_compile_seconds_the_cache_recorded(ci_shards, tmp_path):
+    """`--balance cache`: the split weighs each id by the compile seconds its verified cache entry holds
+    (the cache `ci_build` filled), exactly as `split` would with those costs; the shard it writes says so
+    through its split digest."""
+    from codegen.build import cached_compile_seconds
+    from codegen.cache import BuildCache
+    from codegen.matrix import load_matrix
+
+    _, _, cache = ci_shards
+    specs = list(load_matrix(REPO / "kernel_specs.yaml").expand("ci").specs)
+    costs = cached_compile_seconds(BuildCache(cache), specs)
+    assert sorted(costs) == sorted(s.name() for s in specs) and all(v > 0 for v in costs.values())
+    out = tmp_path / "balanced1"
+    args = ("--profile", "ci", "--shard", "1/3", "--balance", "cache", "--out", str(out), "--quiet")
+    done = _cli(*args, cache=cache)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((out / SHARD_RECORD).read_text())
+    parts = split([s.name() for s in specs], 3, costs)
+    assert sorted(record["instances"]) == parts[0]
+    assert record["split_sha256"] == split_digest(parts)
