@@ -87,10 +87,11 @@ def grid() -> list[bench.Shape]:
 
 
 def class_key(inst) -> str:
-    key = f"{inst.a_dtype}_{inst.b_dtype}_{inst.d_dtype}_{inst.a_major}{inst.b_major}{inst.d_major}"
-    if inst.has_c:
-        key += f"_c{inst.c_dtype}{inst.c_major}"
-    return key + ("_fastacc" if inst.fp8_fast_accum else "")
+    """The problem class key of an installed instance (the installed runtime's own `ProblemClass`, so the
+    table's keys are exactly what dispatch looks up)."""
+    from hgemm_sm90.dispatch import ProblemClass
+
+    return ProblemClass.of(inst).key
 
 
 def bench_args(args) -> bench.BenchArgs:

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import gpus, model, state, tuning
-from .contract import TMA_ALIGN_BYTES
+from . import gpus, model, problem, state, tuning
 from .errors import InvalidArgumentError, NoInstanceError
-from .problem import INT32_MAX
-from .spec import OPERAND_EXTENTS, DType, GemmSpec, SpecError, parse_field
+from .spec import DType, GemmSpec, SpecError, parse_field
 
 _CLASS_FIELDS = ("a_dtype", "b_dtype", "d_dtype", "a_major", "b_major", "d_major", "c_dtype", "c_major")
 
@@ -130,9 +128,12 @@ def select(
         cls = problem_class(
             a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum
         )
-        m, n, k, batch = _size("m", m), _size("n", n), _size("k", k), _size("batch", batch)
-        _check_packed_alignment(cls, m, n, k)
-        choice = choose(rt, cls, m, n, k, batch, target(rt, device, gpu))
+        # Sizes and packed rows are checked by launch's own rule (runtime/problem.py), on any instance of
+        # the class: they all share its dtypes and layouts.
+        ops = problem.layouts(instances_of(rt, cls)[0])
+        none = (None,) * len(ops)
+        v = problem.resolve(None, ops, m, n, k, batch, none, none)
+        choice = choose(rt, cls, v["m"], v["n"], v["k"], v["l"], target(rt, device, gpu))
         rt.choices[key] = choice  # hashable now: every argument was validated above
     return choice
 
@@ -214,34 +215,8 @@ def _describe(cls: ProblemClass) -> str:
     return text
 
 
-def _check_packed_alignment(cls: ProblemClass, m: int, n: int, k: int) -> None:
-    extents = {"m": m, "n": n, "k": k}
-    for op in ("a", "b", "d", "c"):
-        dtype = cls.dtype_of(op)
-        if dtype is None:
-            continue
-        rows, cols = OPERAND_EXTENTS[op]
-        extent = rows if cls.major_of(op) == rows else cols
-        if extents[extent] * dtype.bytes % TMA_ALIGN_BYTES:
-            raise InvalidArgumentError(
-                f"{op.upper()} is {cls.major_of(op)}-major, so its rows are {extent} = {extents[extent]} "
-                f"{dtype} elements = {extents[extent] * dtype.bytes} bytes, not a multiple of "
-                f"{TMA_ALIGN_BYTES} (TMA needs 16-byte aligned rows)",
-                f"pad {extent} to a multiple of {TMA_ALIGN_BYTES // dtype.bytes} elements (or lay the "
-                "rows out with a padded leading dimension and call gemm()/launch() with it)",
-            )
-
-
 def _field(name: str, value):
     try:
         return parse_field(name, value)
     except SpecError as e:
         raise InvalidArgumentError(f"{name}={value!r} is not valid: {e}", f"pass a valid {name}") from None
-
-
-def _size(name: str, v) -> int:
-    if type(v) is not int or not 1 <= v <= INT32_MAX:
-        raise InvalidArgumentError(
-            f"{name}={v!r} is not an int in 1..2**31-1", f"pass {name} as a positive int"
-        )
-    return v

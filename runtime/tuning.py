@@ -225,19 +225,20 @@ def estimate(bracket: list[tuple[Point, float]], problem: tuple, sm_count: int, 
     weighted geometric mean over the points. A candidate that is not among a point's finalists was slower
     there than all of them: it counts at that point with the slowest finalist's time (a lower bound), so a
     candidate that wins at one neighbour and was merely screened out at the other stays in the running."""
-    cands = {c for point, _ in bracket for c, _ in point.times if c.instance_id in allowed}
+    times = [(point, dict(point.times), weight) for point, weight in bracket]
+    cands = {c for _, t, _ in times for c in t if c.instance_id in allowed}
+    total = sum(w for _, _, w in times)
     out = {}
     for cand in cands:
         spec = _spec(cand.instance_id)
         target = model.estimate_s(spec, *problem, sm_count)
         log_sum = 0.0
-        for point, weight in bracket:
-            times = dict(point.times)
-            us = times.get(cand, point.times[-1][1])  # fastest first: [-1] is the slowest finalist
+        for point, t, weight in times:
+            us = t.get(cand, point.times[-1][1])  # fastest first: [-1] is the slowest listed
             log_sum += weight * math.log(
                 us * target / model.estimate_s(spec, point.m, point.n, point.k, 1, sm_count)
             )
-        out[cand] = math.exp(log_sum / sum(w for _, w in bracket))
+        out[cand] = math.exp(log_sum / total)
     return out
 
 

@@ -263,7 +263,7 @@ def test_select_without_a_driver_points_at_gpu(make_runtime, kdir, capsys):
     "argv, says",
     [
         ("select 0 64 64 --dtype bf16 --gpu H200", "m=0"),
-        ("select 64 64 60 --dtype e4m3 --layout kkn --gpu H200", "16-byte"),
+        ("select 64 64 60 --dtype e4m3 --layout kkn --gpu H200", "not a multiple of 16 bytes"),
         ("select 64 64 64 --dtype bf16 --gpu Z80", "unknown GPU 'Z80'"),
         ("select 64 64 64 --dtype bf16 --gpu H200 --device 0", "both device=0 and gpu='H200'"),
         ("select 64 64 64 --dtype bf16 --c-major n --gpu H200", "c_major='n' given without c_dtype"),

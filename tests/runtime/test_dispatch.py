@@ -200,9 +200,9 @@ def test_no_instance_lists_the_nearest(catalog_rt):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(m=256, n=4100, k=256), "D is n-major, so its rows are n = 4100"),
-        (dict(m=256, n=256, k=4100), "A is k-major, so its rows are k = 4100"),
-        (dict(m=0, n=256, k=256), "m=0"),
+        (dict(m=256, n=4100, k=256), "n=4100 is the contiguous extent of d"),
+        (dict(m=256, n=256, k=4100), "k=4100 is the contiguous extent of a"),
+        (dict(m=0, n=256, k=256), "m=0 is outside 1..2"),
         (dict(m=256, n=256, k=256, a_dtype="int8"), "a_dtype='int8'"),
         (dict(m=256, n=256, k=256, gpu="A100"), "unknown GPU 'A100'"),
         (dict(m=256, n=256, k=256, gpu="H200", device=0), "both device"),
