@@ -153,7 +153,30 @@ SQUARE_LLM_COMBOS = [
     Combo("fp16", "fp16", "fp16"),
     Combo("e4m3", "e4m3", "bf16"),
 ]
-SUITES = {"square-llm": (SQUARE_LLM_SHAPES, SQUARE_LLM_COMBOS)}
+# Decode-sized M (1 to 128 rows: LLM decode steps and small batches) against the weights of Llama-3-8B-like
+# (4096 hidden: QKV 6144 x 4096, O 4096^2, down 4096 x 14336, gate+up 28672 x 4096), 70B-like (8192
+# hidden: O 8192^2, gate+up 28672 x 8192, down 8192 x 28672) and DeepSeek-V3-like (MLA down-projections
+# 2112 x 7168 and 24576 x 1536) layers: bandwidth-bound, where the weight's bytes set the time.
+DECODE_SHAPES = [
+    Shape(m, n, k)
+    for n, k in (
+        (4096, 4096),
+        (6144, 4096),
+        (4096, 14336),
+        (28672, 4096),
+        (8192, 8192),
+        (28672, 8192),
+        (8192, 28672),
+        (2112, 7168),
+        (24576, 1536),
+    )
+    for m in (1, 2, 4, 8, 16, 32, 64, 128)
+]
+DECODE_COMBOS = [Combo("bf16", "bf16", "bf16"), Combo("e4m3", "e4m3", "bf16")]
+SUITES = {
+    "square-llm": (SQUARE_LLM_SHAPES, SQUARE_LLM_COMBOS),
+    "decode": (DECODE_SHAPES, DECODE_COMBOS),
+}
 
 
 def _shapes(text: str) -> list[Shape]:
@@ -452,21 +475,28 @@ def cublas_calls(torch, a, b, d, combo: Combo) -> list[tuple[Callable[[], object
         )  # allocates D
     elif a.dim() == 2 and a.element_size() == 1:
         one = torch.ones((), device=a.device, dtype=torch.float32)
+        # Should cuBLASLt refuse a small M (its fp8 GEMM wants dims in multiples of 16), the fallback is
+        # what a caller does: pad A's rows to 16 (the padding rows are zero, allocated once here).
+        rows = -(-a.shape[0] // 16) * 16
+        a16 = torch.zeros((rows, a.shape[1]), device=a.device, dtype=a.dtype)
+        a16[: a.shape[0]].copy_(a)
+        d16 = torch.empty((rows, d.shape[1]), device=d.device, dtype=d.dtype)
         for fast in (False, True):
             # b is N x K row-major, so bt = b.T is K x N column-major: the layout cuBLASLt's fp8 GEMM wants.
-            call = partial(
-                torch._scaled_mm,
-                a,
-                bt,
-                scale_a=one,
-                scale_b=one,
-                out_dtype=d.dtype,
-                out=d,
-                use_fast_accum=fast,
-            )
-            options.append(
-                ([(call, f"torch._scaled_mm(out=, use_fast_accum={fast})")], series_of(combo, fast))
-            )
+            alternatives = []
+            for lhs, out, how in ((a, d, "out="), (a16, d16, f"A padded to {rows} rows, out=")):
+                call = partial(
+                    torch._scaled_mm,
+                    lhs,
+                    bt,
+                    scale_a=one,
+                    scale_b=one,
+                    out_dtype=d.dtype,
+                    out=out,
+                    use_fast_accum=fast,
+                )
+                alternatives.append((call, f"torch._scaled_mm({how} use_fast_accum={fast})"))
+            options.append((alternatives, series_of(combo, fast)))
     found = []
     for alternatives, series in options:
         for call, label in alternatives:
@@ -483,7 +513,7 @@ def cublas_calls(torch, a, b, d, combo: Combo) -> list[tuple[Callable[[], object
 @dataclass
 class Runner:
     name: str
-    kind: str  # "hgemm" or "cublas"
+    kind: str  # "hgemm" (one instance), "cublas" or "gemm" (hgemm_sm90.gemm: dispatch picks)
     series: str
     calls: list  # one zero-argument call per buffer set: rotation is indexing, not argument building
     cursor: int = 0
@@ -539,12 +569,40 @@ def interleaved(
             getattr(r, into).append(time_batch(torch, r, iters, stream, lead_cycles))
 
 
+def gemm_runners(hg, sets: list, combo: Combo, stream) -> list[Runner]:
+    """One runner per series calling ``hgemm_sm90.gemm(a, b.T, out=d)`` on the packed (K-major A and B,
+    N-major D) sets: dispatch (`select`) picks the instance, as for any caller."""
+    fasts = (False, True) if combo.fp8 else (False,)
+    return [
+        Runner(
+            f"gemm() [{series_of(combo, fast) or combo}]",
+            "gemm",
+            series_of(combo, fast),
+            [
+                partial(hg.gemm, a[0], b[0].T, out=d[0], fp8_fast_accum=fast, stream=stream.cuda_stream)
+                for a, b, d, _ in sets
+            ],
+        )
+        for fast in fasts
+    ]
+
+
 def bench_shape(
-    torch, hg, shape: Shape, combo: Combo, cands: list, args: BenchArgs, stream, env: dict, keep=frozenset()
+    torch,
+    hg,
+    shape: Shape,
+    combo: Combo,
+    cands: list,
+    args: BenchArgs,
+    stream,
+    env: dict,
+    keep=frozenset(),
+    dispatch: bool = False,
 ) -> dict:
     """Time ``cands`` and cuBLAS on one shape (the method in this module's docstring). Instances whose id is
     in ``keep`` reach the full rounds even if the screen would drop them (build_tools/tune.py's evaluation
-    times the dispatched instance that way)."""
+    times the dispatched instance that way). ``dispatch`` adds a `gemm()` runner per series (kind "gemm",
+    never screened out): what a caller of the library gets."""
     layouts = {Layout()} | {Layout.of(i) for i in cands}  # cuBLAS runs on Layout()
     nbytes = set_bytes(shape, combo)
     nsets = sets_needed(max(set_bytes(shape, combo, lay) for lay in layouts), env["l2_bytes"])
@@ -572,6 +630,8 @@ def bench_shape(
             )
         fast = bool(getattr(inst, "fp8_fast_accum", False))
         runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls))
+    if dispatch:
+        runners += gemm_runners(hg, sets[Layout()], combo, stream)
     for r in runners:  # warm-up: module load, first-touch, clocks, cuBLAS workspaces; errors drop the runner
         try:
             r.eager(2)
@@ -608,7 +668,7 @@ def bench_shape(
         for r in ours:
             if r not in finalists:
                 r.graph = None  # free the graph's resources
-        live = [r for r in live if r.kind == "cublas"] + finalists
+        live = [r for r in live if r.kind != "hgemm"] + finalists
     interleaved(torch, live, args.reps, args.iters, stream, "ms", env["lead_cycles"])
     for r in runners:
         r.graph = None

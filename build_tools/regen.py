@@ -114,7 +114,7 @@ def render_instances_md(matrix: Matrix) -> str:
 
 
 def _row(s: GemmSpec) -> dict[str, str]:
-    plan = smem_plan(s)
+    plan = smem_plan(s.kernel_spec())
     # 16-bit inputs always accumulate exactly in fp32; the fast/promoted choice is fp8's.
     accum = ("fast" if s.fp8_fast_accum else "promoted") if s.a_dtype.is_float8 else "fp32"
     return {
@@ -127,7 +127,7 @@ def _row(s: GemmSpec) -> dict[str, str]:
         "accum": accum,
         "tile": "×".join(map(str, s.tile)),
         "cluster": "×".join(map(str, s.cluster)),
-        "schedule": str(s.schedule),
+        "schedule": f"{s.schedule}, swap-AB" if s.swap_ab else str(s.schedule),
         "stages": f"{plan.ab_stages}, {plan.epi_stages}, {plan.c_stages}",
     }
 
@@ -315,6 +315,7 @@ def _all_specs(g: GroupExpansion) -> list[GemmSpec]:
 
 
 def _register_lines(spec: GemmSpec) -> list[str]:
+    spec = spec.kernel_spec()  # a swap-AB instance's kernel is its transposed problem's
     plan = register_plan(spec)
     split = (
         f"registers: {plan.consumer_wgs} consumer warpgroup(s) x {plan.consumer_regs} per thread, producer "
@@ -327,6 +328,7 @@ def _register_lines(spec: GemmSpec) -> list[str]:
 
 
 def _smem_lines(spec: GemmSpec) -> list[str]:
+    spec = spec.kernel_spec()
     m, n, k = spec.tile
     em, en = epilogue_tile(spec)
     plan = smem_plan(spec)

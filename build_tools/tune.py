@@ -45,6 +45,7 @@ from build_tools import bench
 GRID_M = (
     1,
     8,
+    16,
     32,
     64,
     96,
@@ -201,12 +202,15 @@ def tune(args) -> int:
     classes = entry["classes"]
     instances = hg.instances()
     combos = [c for c in TUNED if c.a in args.dtype]
-    done = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
+    # --retime: time the points up to --m-max again (e.g. after new instances shipped for small M).
+    held = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
+    done = set() if args.retime else held
     work = [
         (combo, shape)
         for combo in combos
         for shape in grid()
-        if not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in TUNED[combo])
+        if (not args.m_max or shape.m <= args.m_max)
+        and not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in TUNED[combo])
     ]
     work = work[: args.limit] if args.limit else work
     print(f"tune: {key}, {len(work)} points to time ({len(done)} class points already in {args.out})")
@@ -255,23 +259,36 @@ def held_out_shapes(seed: int, count: int) -> list[bench.Shape]:
 
 @dataclass
 class Verdict:
+    """One class at one shape: dispatch through `gemm()` against the fastest shipped instance and cuBLAS."""
+
     combo: str
     cls: str
     shape: str
-    selected: str
+    selected: str  # what select() names for the problem
     source: str
-    sel_us: float
+    gemm_us: float  # hgemm_sm90.gemm(a, b.T, out=d): dispatch picking, as a caller gets it
+    sel_us: float | None  # the selected instance through launch(), when it reached the full rounds
     fastest: str
     fastest_us: float
     cublas_us: float | None
+    bytes: int  # A + B + D
+
+    @property
+    def m(self) -> int:
+        return int(self.shape.split("x")[0])
 
     @property
     def vs_fastest(self) -> float:
-        return self.fastest_us / self.sel_us
+        return self.fastest_us / self.gemm_us
 
     @property
     def vs_cublas(self) -> float | None:
-        return self.cublas_us / self.sel_us if self.cublas_us else None
+        return self.cublas_us / self.gemm_us if self.cublas_us else None
+
+    @property
+    def tbps(self) -> float:
+        """Effective bandwidth of gemm(): A, B and D bytes over its time, TB/s."""
+        return self.bytes / (self.gemm_us * 1e-6) / 1e12
 
 
 def geomean(xs) -> float:
@@ -315,8 +332,12 @@ def evaluate(args) -> int:
 
     hg, env, stream = setup(torch)
     instances = hg.instances()
-    shapes = held_out_shapes(args.seed, args.count)
-    combos = [c for c in TUNED if c.a in args.dtype]
+    if args.suite:
+        shapes, suite_combos = bench.SUITES[args.suite]
+        combos = [c for c in suite_combos if c in TUNED and c.a in args.dtype]
+    else:
+        shapes = held_out_shapes(args.seed, args.count)
+        combos = [c for c in TUNED if c.a in args.dtype]
     verdicts: list[Verdict] = []
     progress = Progress(len(shapes) * len(combos), "shapes")
     with torch.cuda.stream(stream):
@@ -333,17 +354,20 @@ def evaluate(args) -> int:
                         d_dtype=probe.d_dtype, fp8_fast_accum=probe.fp8_fast_accum,
                     )  # fmt: skip
                 keep = {c.instance_id for c in chosen.values()}
-                res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env, keep)
+                res = bench.bench_shape(
+                    torch, hg, shape, combo, cands, bench_args(args), stream, env, keep, dispatch=True
+                )
+                nbytes = bench.set_bytes(shape, combo)
                 for ck, series in TUNED[combo]:
                     timed = [r for r in res["runners"] if r["series"] == series and "median_ms" in r]
                     ours = {r["name"]: r["median_ms"] * 1e3 for r in timed if r["kind"] == "hgemm"}
+                    via = next(r["median_ms"] * 1e3 for r in timed if r["kind"] == "gemm")
                     cublas = next((r["median_ms"] * 1e3 for r in timed if r["kind"] == "cublas"), None)
                     sel = chosen[ck]
                     fastest = min(ours, key=ours.get)
-                    sel_us = ours[sel.instance_id]
                     verdicts.append(
-                        Verdict(str(combo), ck, str(shape), sel.instance_id, sel.source, sel_us, fastest,
-                                ours[fastest], cublas)
+                        Verdict(str(combo), ck, str(shape), sel.instance_id, sel.source, via,
+                                ours.get(sel.instance_id), fastest, ours[fastest], cublas, nbytes)
                     )  # fmt: skip
                 v = verdicts[-1]
                 progress.step(
@@ -351,7 +375,7 @@ def evaluate(args) -> int:
                 )
                 torch.cuda.empty_cache()
     try:
-        host = host_costs(torch, hg)
+        host = {} if args.suite else host_costs(torch, hg)
     except Exception as e:  # noqa: BLE001 - the verdicts above still stand; say why the host figures are missing
         print(f"tune: host costs not measured ({type(e).__name__}: {e})")
         host = {}
@@ -362,37 +386,81 @@ def evaluate(args) -> int:
     if args.json:
         doc = {"env": env, "verdicts": [v.__dict__ for v in verdicts], "host_us": host}
         args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    if args.plot:
+        from build_tools import perf_plot
+
+        perf_plot.plot(plot_doc(verdicts, env), args.plot)
     return 0
 
 
+def plot_doc(verdicts: list[Verdict], env: dict) -> dict:
+    """gemm() / cuBLAS per shape and class, in build_tools/perf_plot.py's input form."""
+    results: dict[str, dict] = {}
+    for v in verdicts:
+        res = results.setdefault(v.shape, {"shape": v.shape, "timing": "graph", "series": []})
+        res["series"].append({"label": f"gemm() {v.cls}", "ratio": v.vs_cublas})
+    return {"env": env, "results": list(results.values())}
+
+
+# Weights this large stream from HBM at full rate in the decode goal (issue: >= 85% of 4.8 TB/s at M <= 16).
+BIG_WEIGHT_BYTES = 48 * 2**20
+HBM_TBPS = 4.8
+
+
 def render(verdicts: list[Verdict], host: dict, env: dict, args) -> str:
+    what = (
+        f"Suite `{args.suite}` (build_tools/bench.py)"
+        if args.suite
+        else f"Held-out shapes: seed {args.seed}, {args.count} shapes (build_tools/tune.py `held_out_shapes`)"
+    )
     lines = [
-        f"Held-out shapes: seed {args.seed}, {args.count} shapes (build_tools/tune.py `held_out_shapes`); "
-        f"{env['gpu']}, torch {env['torch']}, {env['date']}.",
+        f"{what}; {env['gpu']}, torch {env['torch']}, {env['date']}. gemm(): `hgemm_sm90.gemm(a, b.T, "
+        "out=d)`, dispatch picking; TB/s: (A + B + D bytes) / time.",
         "",
-        "| class | shape | selected (source) | selected / fastest | selected / cuBLAS | fastest shipped |",
-        "|---|---|---|---:|---:|---|",
+        "| class | shape | selected (source) | gemm() µs | TFLOP/s | TB/s | gemm() / fastest "
+        "| gemm() / cuBLAS | fastest shipped |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for v in verdicts:
         vs_c = f"{v.vs_cublas:.3f}" if v.vs_cublas else "n/a"
+        m, n, k = (int(x) for x in v.shape.split("x")[:3])
         lines.append(
-            f"| {v.cls} | {v.shape} | {v.selected.split('_kkn_')[-1]} ({v.source}) | {v.vs_fastest:.3f} | "
-            f"{vs_c} | {v.fastest.split('_kkn_')[-1]} |"
+            f"| {v.cls} | {v.shape} | {_short(v.selected)} ({v.source}) | {v.gemm_us:.2f} | "
+            f"{2 * m * n * k / (v.gemm_us * 1e-6) / 1e12:.1f} | {v.tbps:.2f} | {v.vs_fastest:.3f} | {vs_c} | "
+            f"{_short(v.fastest)} |"
         )
-    lines += ["", "| class | shapes | sel/fastest geomean | min | sel/cuBLAS geomean (all) | (M >= 256) |"]
-    lines.append("|---|---:|---:|---:|---:|---:|")
+    lines += [
+        "",
+        "| class | shapes | gemm()/fastest geomean | min | gemm()/cuBLAS geomean | min | under 0.95 "
+        "| (M >= 256) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for ck in dict.fromkeys(v.cls for v in verdicts):
         vs = [v for v in verdicts if v.cls == ck]
-        big = [v for v in vs if int(v.shape.split("x")[0]) >= 256]
+        big = [v for v in vs if v.m >= 256]
+        ratios = [v.vs_cublas for v in vs if v.vs_cublas]
         lines.append(
             f"| {ck} | {len(vs)} | {geomean(v.vs_fastest for v in vs):.3f} | "
-            f"{min(v.vs_fastest for v in vs):.3f} | {geomean(v.vs_cublas for v in vs):.3f} | "
+            f"{min(v.vs_fastest for v in vs):.3f} | {geomean(ratios):.3f} | "
+            f"{min(ratios, default=float('nan')):.3f} | {sum(r < 0.95 for r in ratios)} | "
             f"{geomean(v.vs_cublas for v in big):.3f} |"
         )
+    streams = [v for v in verdicts if v.m <= 16 and v.bytes >= BIG_WEIGHT_BYTES]
+    if streams:
+        lines += ["", f"M <= 16 with >= 48 MB of operands: effective bandwidth as a share of {HBM_TBPS} TB/s"]
+        for ck in dict.fromkeys(v.cls for v in streams):
+            share = [v.tbps / HBM_TBPS for v in streams if v.cls == ck]
+            lines.append(
+                f"- {ck}: min {min(share):.0%}, geomean {geomean(share):.0%} over {len(share)} shapes"
+            )
     if host:
         lines += ["", "Host µs per call (median of 5 runs x 2000 calls): " + ", ".join(
             f"{name} {us:.2f}" for name, us in host.items())]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _short(iid: str) -> str:
+    return iid.split("_", 6)[-1] if iid.startswith("sm90_") else iid
 
 
 def parse_args(argv: list[str]):
@@ -408,10 +476,21 @@ def parse_args(argv: list[str]):
     p.add_argument("--screen-reps", type=int, default=3, help="interleaved screening rounds (best kept)")
     p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
     p.add_argument("--limit", type=int, default=0, help="tune: time at most this many points (a smoke run)")
+    p.add_argument("--m-max", type=int, default=0, help="tune: only grid points with M <= this (0: all)")
+    p.add_argument(
+        "--retime", action="store_true", help="tune: time points again that the table already holds"
+    )
+    p.add_argument(
+        "--suite",
+        choices=sorted(bench.SUITES),
+        default=None,
+        help="evaluate: a named suite's shapes and dtypes (build_tools/bench.py) instead of random ones",
+    )
     p.add_argument("--seed", type=int, default=20261130, help="evaluate: shape draw seed")
     p.add_argument("--count", type=int, default=16, help="evaluate: shapes per dtype")
     p.add_argument("--markdown", type=Path, default=None, help="evaluate: write the table here")
     p.add_argument("--json", type=Path, default=None, help="evaluate: write every verdict here")
+    p.add_argument("--plot", type=Path, default=None, help="evaluate: gemm() / cuBLAS per shape as a PNG")
     args = p.parse_args(argv)
     args.argv = argv
     return args

@@ -107,8 +107,10 @@ def host_args(spec: GemmSpec, probe) -> list:
     pointers, extents, strides, scalars and `stream`): the tensor structs, the scalars (`host_scalars`
     order), the stream. The oracle tests build their calls with it too."""
     args = []
-    for op in spec.operands:
-        rows, cols = OPERAND_EXTENTS[op]
+    # In the kernel's slot order, each with the extents its slot sees (a swap-AB kernel takes B as its
+    # A, A as its B, and D and C transposed: spec.launch_operands, spec.kernel_extents).
+    for op in spec.launch_operands:
+        rows, cols = spec.kernel_extents(op)
         # Only dynamic modes appear: all three extents, and the two non-unit strides in mode order.
         args.append(
             tensor_struct(
@@ -246,9 +248,8 @@ def capture_contract(
         records.append(rec)
 
     cm, cn = spec.cluster
-    tile_m, tile_n, _ = spec.tile
     for launch, p in zip(launches, probes):
-        _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], tile_m, tile_n, cm, cn)
+        _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], *spec.problem_tile, cm, cn)
         want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)
         if launch.grid != want:
             raise ContractError(f"{name}: the DSL launched grid {launch.grid}, the grid rule gives {want}")

@@ -59,7 +59,7 @@ def cutlass_dtype(dtype: DType):
 
 
 def kernel_config(spec: GemmSpec):
-    """The compile-time kernel configuration of one spec."""
+    """The compile-time kernel configuration of one kernel spec (`GemmSpec.kernel_spec()`)."""
     from .kernels.gemm_sm90 import KernelConfig
     from .validity import epilogue_tile, mma_atom_layout, register_plan, smem_plan
 
@@ -132,8 +132,10 @@ def compile_instance(spec: GemmSpec, out_dir: Path) -> CompiledInstance:
     from .kernels.gemm_sm90 import make_gemm
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    gemm = make_gemm(kernel_config(spec))  # the host entry's signature depends on whether C is read
-    tensors = _fake_operands(spec)
+    # A swap-AB instance is the kernel of its transposed problem; only the host's operand order differs.
+    kspec = spec.kernel_spec()
+    gemm = make_gemm(kernel_config(kspec))  # the host entry's signature depends on whether C is read
+    tensors = _fake_operands(kspec)
     # Placeholder values: the scalars are runtime arguments, only their DSL types shape the compile.
     dsl_type = {"f32": cutlass.Float32, "i32": cutlass.Int32}
     scalars = [dsl_type[kind](1) for _, kind in host_scalars(spec)]

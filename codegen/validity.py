@@ -24,6 +24,14 @@ RULES: list[tuple[str, Rule]] = []
 
 
 def _rule(fn: Rule) -> Rule:
+    """Register a rule about the kernel: it judges the spec the kernel is compiled from
+    (`GemmSpec.kernel_spec()`, the transposed problem of a swap-AB instance)."""
+    RULES.append((fn.__name__, lambda spec: fn(spec.kernel_spec())))
+    return fn
+
+
+def _instance_rule(fn: Rule) -> Rule:
+    """Register a rule about the instance as the caller sees it (e.g. what swap-AB allows)."""
     RULES.append((fn.__name__, fn))
     return fn
 
@@ -75,9 +83,11 @@ def epilogue_tile(spec: GemmSpec) -> tuple[int, int]:
     the tile (M = 64, or ping-pong, where each warpgroup runs its own tile's epilogue), 128 for the two
     cooperative warpgroups of M = 128/256, 192 for the three of M = 192; under the N split of 192 x 256
     each warpgroup stores its own column half in 64-row sub-tiles. 32 columns keep the staging buffers
-    small enough for deep pipelines.
+    small enough for deep pipelines; narrow tiles (N = 8 .. 24, or N not a multiple of 32) store in
+    16- or 8-column sub-tiles, the widest that divides N.
     """
-    return (64 * mma_atom_layout(spec)[0], 32)
+    n = spec.tile[1] // mma_atom_layout(spec)[1]
+    return (64 * mma_atom_layout(spec)[0], next(w for w in (32, 16, 8) if n % w == 0))
 
 
 def ab_stage_bytes(spec: GemmSpec) -> int:
@@ -326,17 +336,16 @@ def tile_m(s: GemmSpec) -> str | None:
 @_rule
 def tile_n(s: GemmSpec) -> str | None:
     n = s.tile[1]
-    # WGMMA allows N in steps of 8 up to 256, but the epilogue stores D in 32-column sub-tiles.
-    if n % 32 or not 32 <= n <= 256:
-        return (
-            f"tile N {n}: must be a multiple of 32 in [32, 256] (WGMMA's N range, in whole 32-column "
-            "epilogue sub-tiles); use such an N"
-        )
+    # WGMMA takes N in steps of 8 up to 256; the epilogue stores whole 8-, 16- or 32-column sub-tiles
+    # (epilogue_tile). N = 24 (an 8-column epilogue under a 3-atom-wide accumulator) aborts the DSL's
+    # trace (nvidia-cutlass-dsl 4.8.1, measured 2026-11-30), so past 8 only multiples of 16 are built.
+    if not (n == 8 or (n % 16 == 0 and 16 <= n <= 256)):
+        return f"tile N {n}: must be 8 or a multiple of 16 in [16, 256]; use such an N"
     # Cooperative M = 192 splits its rows over three consumer warpgroups: a 512-thread CTA, which ptxas
     # compiles under a 128-register launch bound. One WGMMA of N >= 224 needs more than that in a single
     # instruction (measured: ptxas C7602 "Insufficient registers (128)" for N = 224 and 256; N = 160 and
     # 192 build without spills). N = 256 splits its columns over two warpgroups instead (n_split, as the
-    # seed does); 224 would split into 112-column halves, which the 32-column epilogue cannot store.
+    # seed does); the kernel splits no other N.
     if s.schedule == Schedule.cooperative and s.tile[0] == 192 and n > 192 and not n_split(s):
         return (
             f"tile N {n} with cooperative M = 192: three consumer warpgroups (a 512-thread CTA, compiled "
@@ -413,5 +422,18 @@ def smem(s: GemmSpec) -> str | None:
             f"shared memory: {ab_stage_bytes(s)} B per A/B stage leaves room for {plan.ab_stages} stage(s) "
             f"(need {MIN_AB_STAGES}) next to a {epi_smem_bytes(s)} B epilogue{c}; use a smaller tile "
             "(M, N or K)"
+        )
+    return None
+
+
+@_instance_rule
+def swap_ab(s: GemmSpec) -> str | None:
+    # Swap-AB serves decode-sized M: the problem's M is one kernel tile column, so a cluster could only
+    # multicast the small activation tile (cluster N) or pair each CTA with an idle one (cluster M over
+    # a single M tile); neither saves weight traffic, which is all that matters there.
+    if s.swap_ab and s.cluster != (1, 1):
+        return (
+            f"swap_ab with cluster {s.cluster[0]}x{s.cluster[1]}: swap-AB instances run 1x1 clusters "
+            "(multicast would only share the small M side); use cluster [1, 1]"
         )
     return None

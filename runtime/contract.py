@@ -29,7 +29,8 @@ from .spec import EXTENTS, OPERAND_EXTENTS, STRIDES, DType, GemmSpec, SpecError
 FORMAT = "hgemm-sm90-manifest"
 # 2 (2026-11-30): typed records; the spec is complete, the grid rule a name, alignment a TMA constant,
 # the cubin file named by the id, min_driver_version per record.
-CONTRACT_VERSION = 2
+# 3 (2026-12-01): spec.swap_ab; a swap-AB record's descriptors come in the kernel's slot order (B, A, D, C).
+CONTRACT_VERSION = 3
 ARCH = "sm_90a"
 # Every operand moves through TMA, which needs 16-byte aligned addresses, leading dimensions and batch
 # strides, and whole 16-byte chunks along the contiguous extent (runtime/problem.py checks these).

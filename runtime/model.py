@@ -53,6 +53,8 @@ DEFAULT_EFFICIENCY = 0.6
 
 def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int) -> float:
     """Estimated seconds for ``spec`` to run the problem on a GPU with ``sm_count`` SMs."""
+    if spec.swap_ab:  # its kernel runs the transposed problem (runtime/spec.py, GemmSpec.kernel_spec)
+        return estimate_s(spec.kernel_spec(), n, m, k, batch, sm_count)
     tm, tn, tk = spec.tile
     cm, cn = spec.cluster
     cluster = cm * cn

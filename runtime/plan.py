@@ -27,9 +27,9 @@ from .errors import CorruptArtifactError, InvalidArgumentError
 from .launcher import ThreadBuffers, build_config
 
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
-# The per-launch values in the order the DSL passes them (docs/CONTRACT.md: descriptors A, B, D, C, then
-# alpha, beta); the one-call writer relies on it.
-_PATCH_ORDER = ("a", "b", "d", "c", "alpha", "beta")
+# The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
+# kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta); the one-call writer relies
+# on it.
 _WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4}  # descriptor address words, float32 scales
 
 
@@ -95,13 +95,9 @@ class LaunchPlan:
         self.has_c = record.spec.has_c
         self.packer = ParamPacker(record)
         patches = {**self.packer.address_offsets(), **self.packer.scalar_offsets()}
-        order = sorted((off, name) for name, off in patches.items() if name in _PATCH_ORDER)
+        order = sorted((off, name) for name, off in patches.items() if name in _WIDTH)
         names = tuple(name for _, name in order)
-        want = tuple(
-            n
-            for n in _PATCH_ORDER
-            if n in (*record.spec.operands, "alpha", "beta") and (n != "beta" or self.has_c)
-        )
+        want = (*record.spec.launch_operands, "alpha", *(("beta",) if self.has_c else ()))
         if names != want:
             raise CorruptArtifactError(
                 f"the record's descriptors and scales lie in the order {list(names)}, not "
@@ -114,7 +110,13 @@ class LaunchPlan:
         for off, name in order:
             fmt += f"{off - end}s" + ("f" if _WIDTH[name] == 4 else "Q")
             end = off + _WIDTH[name]
-        self.pack = struct.Struct(fmt + f"{record.param_bytes - end}s").pack_into
+        pack = struct.Struct(fmt + f"{record.param_bytes - end}s").pack_into
+        if record.spec.swap_ab:
+            # launch passes (chunk, a, chunk, b, ...); a swap-AB kernel's first descriptor is B's.
+            def pack(buf, offset, c0, a, c1, b, *rest, _pack=pack):
+                _pack(buf, offset, c0, b, c1, a, *rest)
+
+        self.pack = pack  # pack(buf, 0, chunk, a, chunk, b, chunk, d, [chunk, c,] chunk, alpha, ...)
         self.buffers = ThreadBuffers(record.param_bytes, record.param_offsets)
         self.shapes: dict[tuple, Shape] = {}
         self.entries: dict[tuple, LaunchEntry] = {}
@@ -136,10 +138,17 @@ class LaunchPlan:
         values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss)
         rec = self.record
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
-            values["m"], values["n"], values["l"], *rec.spec.tile[:2], *rec.cluster[:2]
+            values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
         )
-        along_m, group = scheduling.default_raster(clusters_m, clusters_n)
-        values["raster_along_m"] = along_m if raster_along_m is None else raster_along_m
+        # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (its
+        # clusters are 1x1), so its walk flag is the problem's, flipped.
+        swap = rec.spec.swap_ab
+        along_m, group = scheduling.default_raster(
+            *((clusters_n, clusters_m) if swap else (clusters_m, clusters_n))
+        )
+        if raster_along_m is not None:
+            along_m = int(raster_along_m) ^ swap
+        values["raster_along_m"] = along_m
         values["group_size"] = group if group_size is None else group_size
         for op in self.ops:
             values[op.name] = 0  # patched per launch

@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -27,12 +27,14 @@ order (`_SUFFIXES` below). Existing ids then never change, and `parse()` consume
 in that order. Defined today, in order:
   `_c{c_dtype}{c_major}`  the epilogue reads a C operand (D = alpha*acc + beta*C), e.g. `_cbf16n`
   `_fastacc`              fp8 inputs accumulate straight into the fp32 accumulator (no periodic promotion)
+  `_swapab`               the kernel computes D^T = B @ A^T (`GemmSpec.swap_ab`; tile and cluster are the
+                          kernel's, so a 64x8 tile covers 64 columns of N and 8 rows of M)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
@@ -170,7 +172,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {
 }
 # Fields whose value may be null (YAML `null`, JSON `null`): "feature off".
 _OPTIONAL_ENUM_FIELDS: dict[str, type[StrEnum]] = {"c_dtype": DType, "c_major": DMajor}
-_BOOL_FIELDS = ("fp8_fast_accum",)
+_BOOL_FIELDS = ("fp8_fast_accum", "swap_ab")
 TUPLE_FIELDS = ("tile", "cluster")
 """Fields whose single value is itself a list in YAML/JSON (so `[1, 2]` is one value, `[[1, 2]]` a list)."""
 
@@ -247,6 +249,12 @@ class GemmSpec:
     neither). `fp8_fast_accum` means fp8 WGMMAs accumulate straight into the fp32 accumulator; off, the
     kernel periodically promotes a second accumulator (more accurate, twice the registers).
 
+    `swap_ab` (swap-AB, for decode-sized M): the instance computes the same D, but its kernel computes
+    D^T = B @ A^T, so that B's N rows run along the 64-row WGMMA side and a small M becomes the WGMMA's N
+    (as narrow as 8). Dtypes and majors stay the caller's view of A, B, D and C; `tile` and `cluster`
+    are the kernel's, i.e. its tile M runs along the problem's N. `kernel_spec()` is the spec the kernel
+    is compiled from; `problem_tile` is the (M, N) extent of D that one tile covers.
+
     Keyword-only (no positional construction). Construction normalizes and validates every field: strings
     become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
     `GemmSpec` is canonical and equal specs have equal names. Whether the kernel *supports* a spec is a
@@ -266,6 +274,7 @@ class GemmSpec:
     c_dtype: DType | None = None
     c_major: DMajor | None = None
     fp8_fast_accum: bool = False
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -294,6 +303,45 @@ class GemmSpec:
     def id(self) -> str:
         """The instance id: `name()`."""
         return self.name()
+
+    # --- swap-AB: the caller's problem and the kernel's ----------------------------------------------
+
+    def kernel_spec(self) -> GemmSpec:
+        """The spec the kernel is compiled from: `self` unless `swap_ab`, else the transposed problem
+        D^T = B @ A^T (A and B trade dtypes and roles; a majorness keeps naming the same contiguous
+        extent, so k stays k, a user B's n becomes the kernel A's m, and D's and C's n and m swap)."""
+        if not self.swap_ab:
+            return self
+        flip = {"n": "m", "m": "n"}
+        return replace(
+            self,
+            a_dtype=self.b_dtype,
+            b_dtype=self.a_dtype,
+            a_major="k" if self.b_major == "k" else "m",
+            b_major="k" if self.a_major == "k" else "n",
+            d_major=flip[self.d_major],
+            c_major=None if self.c_major is None else flip[self.c_major],
+            swap_ab=False,
+        )
+
+    @property
+    def problem_tile(self) -> tuple[int, int]:
+        """(rows of D, columns of D) that one CTA tile covers: the tile's M and N, swapped under swap_ab."""
+        m, n, _ = self.tile
+        return (n, m) if self.swap_ab else (m, n)
+
+    @property
+    def launch_operands(self) -> tuple[str, ...]:
+        """The operands in the order the kernel takes them (its A, B, D[, C] slots): `operands`, with A
+        and B traded under swap_ab."""
+        ops = self.operands
+        return (ops[1], ops[0], *ops[2:]) if self.swap_ab else ops
+
+    def kernel_extents(self, operand: str) -> tuple[str, str]:
+        """The (row, column) extents of `operand` as the kernel's slot sees it: OPERAND_EXTENTS, with D's
+        and C's transposed under swap_ab (the kernel writes D^T, N x M)."""
+        rows, cols = OPERAND_EXTENTS[operand]
+        return (cols, rows) if self.swap_ab and operand in ("d", "c") else (rows, cols)
 
     # --- operands -------------------------------------------------------------------------------------
 
@@ -456,14 +504,20 @@ _SUFFIXES = (
         lambda s: "fastacc" if s.fp8_fast_accum else None,
         lambda tok: {"fp8_fast_accum": True} if tok == "fastacc" else None,
     ),
+    (
+        "swap-AB",
+        lambda s: "swapab" if s.swap_ab else None,
+        lambda tok: {"swap_ab": True} if tok == "swapab" else None,
+    ),
 )
-_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc"
+_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc, then _swapab"
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
 # Keys a YAML row may leave out: no C operand, fp32 accumulation, promoted fp8 accumulation.
-_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum")
+_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum", "swap_ab")
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW_DEFAULTED)
 _BASE_TOKENS = 9
 _ID_FORMAT = (
-    "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}[_c{c_dtype}{c_major}][_fastacc]"
+    "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab]"
 )

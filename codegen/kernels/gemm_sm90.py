@@ -693,12 +693,18 @@ class HopperGemm:
                 (1, 1, 1),
                 tiler_mn=(64, self.tile_mnk[1] // self.atom_layout_mnk[1]),
             )
-        copy_atom_c_layout = cute.make_copy_atom(
-            cute.nvgpu.warp.StMatrix8x8x16bOp(self.d_layout.is_m_major_c(), 4), cutlass.Float16
+        # stmatrix stores four 8x8 matrices per warp (16 columns of the warp's 16 rows); an 8-column
+        # sub-tile (narrow swap-AB tiles) holds only two per warp.
+        stmatrix = cute.nvgpu.warp.StMatrix8x8x16bOp(
+            self.d_layout.is_m_major_c(), 4 if self.epi_tile[1] % 16 == 0 else 2
         )
-        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c_layout, epi_mma)
-        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(
-            self.d_layout, elem_ty_d=self.d_dtype, elem_ty_acc=self.acc_dtype
+        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(
+            cute.make_copy_atom(stmatrix, cutlass.Float16), epi_mma
+        )
+        copy_atom_r2s = (
+            cute.make_copy_atom(stmatrix, self.d_dtype)
+            if cutlass.const_expr(self.d_dtype.width == 16)
+            else cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.d_dtype)
         )
         tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
         thr_copy_r2s = tiled_copy_r2s.get_slice(epi_tidx)

@@ -118,6 +118,9 @@ EDGE_CASES = [
     Case("raster_m_g4", 1000, 2040, 520, raster_along_m=True, group_size=4),
     Case("raster_n_g1", 1000, 2040, 520, raster_along_m=False, group_size=1),
 ]
+# Decode-sized M for swap-AB instances (M is the kernel's narrow tile N there): below, at and just past
+# each tile width, odd sizes, and a K that leaves a partial k-tile for every shipped tile K.
+DECODE_CASES = [Case(f"decode_m{m}", m, 1000, 1048) for m in (1, 2, 3, 7, 8, 9, 16, 33, 64, 127, 128)]
 ALPHA_CASE = Case("alpha", 264, 200, 136, batch=2, pad_ld=3, pad_batch=5, head=1, epilogue="alpha")
 BETA0_CASE = Case("beta0", 264, 200, 136, batch=2, pad_ld=3, pad_batch=5, head=1, epilogue="beta0")
 # Several tiles per batch in both directions: the in-place read-before-write must hold per tile.
@@ -211,6 +214,8 @@ def fit(case: Case, inst) -> Case:
 
 def cases_for(inst) -> list[Case]:
     """The per-instance numerics cases: every edge shape, plus the epilogue variants the instance has."""
+    if getattr(inst, "swap_ab", False):
+        return [*EDGE_CASES, *DECODE_CASES] + ([ALPHA_CASE] if not inst.has_c else [BETA0_CASE])
     if not inst.has_c:
         return [*EDGE_CASES, ALPHA_CASE]
     return [*EDGE_CASES, BETA0_CASE] + ([INPLACE_CASE] if inplace_ok(inst) else [])

@@ -87,7 +87,7 @@ def kernels(ci_build, tmp_path_factory):
 def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
-        assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(spec.operands), kinds
+        assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(spec.launch_operands), kinds
         assert {p.name for p in rec.params if p.kind == "i32"} == {"raster_along_m", "group_size"}
         assert {p.name for p in rec.params if p.kind == "f32"} == (
             {"alpha", "beta"} if spec.has_c else {"alpha"}
@@ -132,7 +132,7 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                         f"{where}: parameter {index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
                     )
             _, _, total = scheduling.cluster_tiles(
-                values["m"], values["n"], values["l"], *spec.tile[:2], *rec.cluster[:2]
+                values["m"], values["n"], values["l"], *spec.problem_tile, *rec.cluster[:2]
             )
             grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
             assert want.grid == grid, where

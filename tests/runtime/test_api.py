@@ -54,7 +54,7 @@ def _expect(man, iid, values, clusters=66):
     buf = ParamPacker(rec).pack(values)
     want = [bytes(buf[p.offset : p.offset + p.size]) for p in rec.params]
     _, _, total = scheduling.cluster_tiles(
-        values["m"], values["n"], values["l"], *rec.spec.tile[:2], *rec.cluster[:2]
+        values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
     )
     return want, scheduling.persistent_grid(total, clusters, *rec.cluster[:2])
 
@@ -76,8 +76,9 @@ def _values(
 ):
     ops = problem.layouts(rec.spec)
     values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)])
-    cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.tile[:2], *rec.cluster[:2])
-    along, g = scheduling.default_raster(cm, cn)
+    cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.problem_tile, *rec.cluster[:2])
+    swap = rec.spec.swap_ab  # the kernel walks its own (transposed) tile grid
+    along, g = scheduling.default_raster(*((cn, cm) if swap else (cm, cn)))
     values.update(
         a=ptrs[0],
         b=ptrs[1],
@@ -85,7 +86,7 @@ def _values(
         c=c,
         alpha=alpha,
         beta=beta,
-        raster_along_m=along if raster is None else int(raster),
+        raster_along_m=along if raster is None else int(raster) ^ swap,
     )
     values["group_size"] = g if group is None else group
     return values

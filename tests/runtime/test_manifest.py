@@ -127,7 +127,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("params", 9, "kind"), "f64", r"params\[9\]\.kind must be one of"),
         (("params", 6, "name"), "beta", r"carry the scales \['beta'\]"),
         (("params", 2, "tensormap", "dtype"), "fp16", r"tensormap\.dtype fp16 disagrees"),
-        (("future_field",), 1, r"future_field is not a field of contract version 2"),
+        (("future_field",), 1, r"future_field is not a field of contract version 3"),
     ],
 )
 def test_malformed_field_is_named(tmp_path, doc, path, value, message):
@@ -155,7 +155,8 @@ def test_top_level_type_errors_name_the_field(tmp_path, doc):
 def test_wrong_contract_version(tmp_path, doc):
     doc["contract_version"] = CONTRACT_VERSION - 1
     with pytest.raises(
-        CorruptArtifactError, match=f"contract version 1.*reads version {CONTRACT_VERSION}"
+        CorruptArtifactError,
+        match=f"contract version {CONTRACT_VERSION - 1}.*reads version {CONTRACT_VERSION}",
     ) as e:
         load_doc(tmp_path, doc)
     assert "one hgemm-sm90 build" in e.value.fix

@@ -254,7 +254,7 @@ def test_to_json_matches_the_contract_and_round_trips():
         "a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "acc_dtype": "fp32",
         "a_major": "k", "b_major": "k", "d_major": "n",
         "tile": [128, 256, 64], "cluster": [2, 1], "schedule": "cooperative",
-        "c_dtype": None, "c_major": None, "fp8_fast_accum": False,
+        "c_dtype": None, "c_major": None, "fp8_fast_accum": False, "swap_ab": False,
     }  # fmt: skip
     assert all(type(v) in (str, list, type(None), bool) for v in j.values())
     assert GemmSpec.from_json(json.loads(json.dumps(j))) == spec()
@@ -307,13 +307,14 @@ FAILING = {
     "c_dtype": ({"c_dtype": "e4m3", "c_major": "n"}, "8-bit C operands are not supported"),
     "fast_accum": ({"fp8_fast_accum": True}, "fast accumulation is an fp8 option"),
     "tile_m": ({"tile": [96, 128]}, "must be 64, 128, 192, 256 for the cooperative schedule"),
-    "tile_n": ({"tile": [128, 272]}, "multiple of 32 in [32, 256]"),
+    "tile_n": ({"tile": [128, 24]}, "must be 8 or a multiple of 16 in [16, 256]"),
     "tile_k": ({"tile": [128, 128, 48]}, "2, 4 or 8 MMA k-steps of 16 for bf16 inputs, i.e. 32, 64, 128"),
     "acc_registers": ({"tile": [256, 256]}, "256 fp32 values per consumer thread"),
     "cluster_dims": ({"cluster": [3, 1]}, "must be 1, 2 or 4"),
     "cluster_size": ({"cluster": [4, 2]}, "limit of 4"),
     # 98304 B per A/B stage next to 32768 B of fp32 D and 32768 B of fp32 C: one stage
     "smem": ({"tile": [256, 128, 128], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, "need 2"),
+    "swap_ab": ({"tile": [64, 8], "swap_ab": True}, "swap-AB instances run 1x1 clusters"),
 }
 
 
@@ -546,3 +547,48 @@ def test_smem_rule_agrees_with_smem_plan():
     assert smem_plan(too_big).ab_stages == 1 and validity.smem(too_big) is not None
     assert "32768 B C buffer" in validity.smem(too_big)
     assert [name for name, r in check_rules(too_big) if r is not None] == ["smem"]  # only the smem rule
+
+
+# --- swap-AB ---------------------------------------------------------------------------------------------
+
+SWAP = {"tile": [64, 8], "cluster": [1, 1], "swap_ab": True}
+
+
+def test_swap_ab_id_round_trips_and_defaults_off():
+    s = spec(**SWAP)
+    assert s.name() == "sm90_bf16_bf16_bf16_fp32acc_kkn_64x8x64_c1x1_coop_swapab"
+    assert GemmSpec.parse(s.name()) == s and not spec().swap_ab
+    fp8 = spec(**{**FP8, **SWAP}, fp8_fast_accum=True)
+    assert fp8.name().endswith("_fastacc_swapab") and GemmSpec.parse(fp8.name()) == fp8
+    with pytest.raises(SpecError, match="out of order"):
+        GemmSpec.parse("sm90_e4m3_e4m3_bf16_fp32acc_kkn_64x8x128_c1x1_coop_swapab_fastacc")
+
+
+@pytest.mark.parametrize(
+    "majors, kernel_majors",
+    [("kkn", "kkm"), ("kkm", "kkn"), ("mnn", "mnm"), ("knm", "mkn")],
+)
+def test_swap_ab_kernel_spec_is_the_transposed_problem(majors, kernel_majors):
+    s = spec(**SWAP, a_major=majors[0], b_major=majors[1], d_major=majors[2], c_dtype="fp32", c_major="n")
+    k = s.kernel_spec()
+    # The kernel's A is the caller's B (and vice versa); each majorness names the same memory order.
+    assert (k.a_major, k.b_major, k.d_major) == tuple(kernel_majors) and k.c_major == "m"
+    assert (k.tile, k.cluster, k.swap_ab, k.c_dtype) == (s.tile, s.cluster, False, "fp32")
+    assert s.launch_operands == ("b", "a", "d", "c") and s.operands == ("a", "b", "d", "c")
+    assert s.kernel_extents("d") == ("n", "m") and s.kernel_extents("a") == ("m", "k")
+    assert s.problem_tile == (8, 64) and spec().problem_tile == (128, 256)
+    assert spec().kernel_spec() is spec() or spec().kernel_spec() == spec()
+
+
+def test_swap_ab_mixed_dtypes_trade_places():
+    s = spec(**{**SWAP, "tile": [64, 16]}, a_dtype="e5m2", b_dtype="e4m3")
+    assert (s.kernel_spec().a_dtype, s.kernel_spec().b_dtype) == ("e4m3", "e5m2")
+
+
+def test_swap_ab_rules_judge_the_kernel_spec():
+    assert why_unsupported(spec(**SWAP)) is None
+    # A K-major-only fp8 rule sees the kernel's operands: the caller's n-major B is the kernel's m-major A.
+    bad = spec(**{**FP8, **SWAP}, b_major="n")
+    assert "fp8 WGMMA reads K-major A and B only" in why_unsupported(bad)
+    assert why_unsupported(spec(**{**SWAP, "tile": [64, 24]})).startswith("tile N 24")
+    assert epilogue_tile(spec(**SWAP)) == (64, 8) and epilogue_tile(spec(tile=[64, 48])) == (64, 16)
