@@ -14,6 +14,7 @@ explained:
   as a float32; the probes' alpha and beta are exactly representable and far from any int32 bit pattern
   the probes use, so the two readings cannot both match).
 - 4 * r bytes of int32s (r > 1): the extents of an operand (matched by value).
+- 8 bytes: a raw device pointer (split-K's workspace), matched by value.
 - 1 byte: an empty struct the DSL passes for compile-time data (tiled MMA, layouts): opaque.
 Anything a probe cannot explain fails the build with the instance id: a DSL upgrade that changes the
 host code's behaviour is caught here, not on a user's GPU. The grid, block, cluster and shared memory of
@@ -30,11 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime import scheduling, tensormap
-from runtime.contract import DESCRIPTOR_BYTES, TMA_ALIGN_BYTES, InstanceRecord, Param, TensorMapRecipe
+from runtime.contract import (
+    DESCRIPTOR_BYTES,
+    POINTER_BYTES,
+    TMA_ALIGN_BYTES,
+    InstanceRecord,
+    Param,
+    TensorMapRecipe,
+)
 from runtime.spec import EXTENTS, OPERAND_EXTENTS, STRIDES, GemmSpec, batch_stride_name, ld_name
 
 from .cubin_info import CubinInfo
-from .dsl import CompiledInstance, host_scalars
+from .dsl import CompiledInstance, host_pointers, host_scalars
 from .oracle import build_oracle, fatbin_cubins, tensor_struct
 from .tensormap_decode import decode
 
@@ -81,9 +89,14 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             "max_active_clusters": 11,
         },
     )
+    split_counts = (4, 6)  # split-K: fewer than either probe's k-tiles, so the clamp keeps them
     probes = []
     for p, v in enumerate(shapes):
         v = dict(v)
+        if any(name == "k_splits" for name, _ in host_scalars(spec)):
+            v["k_splits"] = split_counts[p]
+        for i, name in enumerate(host_pointers(spec)):
+            v[name] = 0x7E00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x2000
         for i, op in enumerate(spec.operands):
             rows, cols = OPERAND_EXTENTS[op]
             contiguous = spec.contiguous_extent(op)
@@ -121,6 +134,7 @@ def host_args(spec: GemmSpec, probe) -> list:
         )
     ctype = {"f32": ctypes.c_float, "i32": ctypes.c_int32}
     args += [ctype[kind](probe[name]) for name, kind in host_scalars(spec)]
+    args += [ctypes.c_void_p(probe[name]) for name in host_pointers(spec)]
     args.append(ctypes.c_void_p(probe["stream"]))
     return args
 
@@ -239,6 +253,10 @@ def capture_contract(
         if p.size == DESCRIPTOR_BYTES:
             rec = _tensormap_param(spec, raw, probes, where, p.offset)
             last_operand = rec.operand
+        elif p.size == POINTER_BYTES and host_pointers(spec):
+            values = [int.from_bytes(r, "little") for r in raw]
+            name = _unique([_match(v, host_pointers(spec), pr) for v, pr in zip(values, probes)], where)
+            rec = Param("pointer", p.offset, p.size, name=name)
         elif p.size % 4 == 0 and p.size <= 16:
             rec = _word_param(spec, raw, probes, where, p.offset, last_operand)
         elif p.size == 1:
@@ -250,6 +268,8 @@ def capture_contract(
     cm, cn = spec.cluster
     for launch, p in zip(launches, probes):
         _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], *spec.problem_tile, cm, cn)
+        if "k_splits" in p.values:
+            total *= scheduling.effective_splits(p["k_splits"], scheduling.k_tiles(p["k"], spec.tile[2]))
         want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)
         if launch.grid != want:
             raise ContractError(f"{name}: the DSL launched grid {launch.grid}, the grid rule gives {want}")

@@ -19,22 +19,31 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.spec import DType, GemmSpec, Schedule
+from runtime.spec import DType, GemmSpec, KSplit, Schedule
 
 
 def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
     """The host entry's scalar arguments after the tensors, in order, as (name, kind): kind "f32" is a
     cutlass.Float32, "i32" a cutlass.Int32. Kept here (not only in the kernel) because the contract capture
     and the oracle tests build the same call. `beta` exists only when C is read (D = alpha * acc
-    otherwise); `max_active_clusters` sizes the grid on the host and never reaches the kernel."""
+    otherwise); `max_active_clusters` sizes the grid on the host and never reaches the kernel; split-K
+    instances add `k_splits` (followed by the workspace pointer, `host_pointers`)."""
     beta = (("beta", "f32"),) if spec.has_c else ()
+    split = (("k_splits", "i32"),) if spec.k_split == KSplit.split else ()
     return (
         ("alpha", "f32"),
         *beta,
         ("raster_along_m", "i32"),
         ("group_size", "i32"),
         ("max_active_clusters", "i32"),
+        *split,
     )
+
+
+def host_pointers(spec: GemmSpec) -> tuple[str, ...]:
+    """The host entry's raw device-pointer arguments after the scalars, in order (before the stream):
+    split-K instances take their fp32 workspace."""
+    return ("workspace",) if spec.k_split == KSplit.split else ()
 
 
 def configure_environment(dump_dir: str | os.PathLike) -> None:
@@ -82,6 +91,7 @@ def kernel_config(spec: GemmSpec):
         # fp8 WGMMAs accumulate at reduced precision; without fast accumulation the kernel promotes each
         # k-tile's result into the fp32 tile accumulator (the seed's slow path), through 1 or 2 buffers.
         k_acc_buffers=regs.k_acc_buffers,
+        k_split=spec.k_split == KSplit.split,
     )
 
 
@@ -127,7 +137,7 @@ def compile_instance(spec: GemmSpec, out_dir: Path) -> CompiledInstance:
     """Trace and compile one instance for sm_90a on this (CPU-only) machine."""
     import cutlass
     import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_stream
+    from cutlass.cute.runtime import make_fake_stream, make_ptr
 
     from .kernels.gemm_sm90 import make_gemm
 
@@ -139,8 +149,12 @@ def compile_instance(spec: GemmSpec, out_dir: Path) -> CompiledInstance:
     # Placeholder values: the scalars are runtime arguments, only their DSL types shape the compile.
     dsl_type = {"f32": cutlass.Float32, "i32": cutlass.Int32}
     scalars = [dsl_type[kind](1) for _, kind in host_scalars(spec)]
+    # The workspace: fp32, 16-byte aligned (the runtime checks it), address given at launch.
+    pointers = [
+        make_ptr(cutlass.Float32, 16, cute.AddressSpace.gmem, assumed_align=16) for _ in host_pointers(spec)
+    ]
     t0 = time.perf_counter()
-    compiled = cute.compile(gemm, *tensors, *scalars, make_fake_stream())
+    compiled = cute.compile(gemm, *tensors, *scalars, *pointers, make_fake_stream())
     seconds = time.perf_counter() - t0
     cubin = compiled.__cubin__
     if not cubin:

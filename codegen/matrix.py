@@ -26,10 +26,11 @@ A profile lists each group once (a repeat is an error: it would only hide a typo
 [M, N] or [M, N, K]; [M, N] means the default K for the input dtype (in `exclude` too).
 
 Optional fields (may be left out): `acc_dtype` (fp32), `c_dtype` (null: no C operand), `c_major` (the C
-layout; required where c_dtype is set), `fp8_fast_accum` (false), `swap_ab` (false). `c_dtype` takes
-`null` as a value, so `c_dtype: [null, bf16]` gives instances without and with a bf16 C. In a candidate
-row whose c_dtype is null, `c_major` is dropped (there is no C to lay out), so `c_dtype: [null, bf16]`
-with `c_major: [n, m]` gives three instances, not an error; a GemmSpec built directly stays strict.
+layout; required where c_dtype is set), `fp8_fast_accum` (false), `swap_ab` (false), `k_split` (none).
+`c_dtype` takes `null` as a value, so `c_dtype: [null, bf16]` gives instances without and with a bf16 C.
+In a candidate row whose c_dtype is null, `c_major` is dropped (there is no C to lay out), so
+`c_dtype: [null, bf16]` with `c_major: [n, m]` gives three instances, not an error; a GemmSpec built
+directly stays strict.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from runtime.spec import AMajor, BMajor, DType, GemmSpec, Schedule, mma_k
+from runtime.spec import AMajor, BMajor, DType, GemmSpec, KSplit, Schedule, mma_k
 
 Rule = Callable[[GemmSpec], "str | None"]
 RULES: list[tuple[str, Rule]] = []
@@ -436,4 +436,23 @@ def swap_ab(s: GemmSpec) -> str | None:
             f"swap_ab with cluster {s.cluster[0]}x{s.cluster[1]}: swap-AB instances run 1x1 clusters "
             "(multicast would only share the small M side); use cluster [1, 1]"
         )
+    return None
+
+
+@_instance_rule
+def k_split(s: GemmSpec) -> str | None:
+    # Split-K serves problems with too few output tiles. The kernel's reduction (the last unit of a tile
+    # to arrive adds the partials, gemm_sm90._reduce_splits) is written for one tile per CTA with all
+    # consumer warpgroups on it, one CTA per cluster, and the plain D = alpha * acc epilogue.
+    if s.k_split != KSplit.split:
+        return None
+    if s.schedule != Schedule.cooperative:
+        return "k_split split with the ping-pong schedule: split-K runs cooperative tiles; use cooperative"
+    if s.cluster != (1, 1):
+        return (
+            f"k_split split with cluster {s.cluster[0]}x{s.cluster[1]}: split-K instances run 1x1 "
+            "clusters (a split's few k-tiles gain little from multicast); use cluster [1, 1]"
+        )
+    if s.has_c:
+        return "k_split split with a C operand: split-K instances compute D = alpha * A @ B^T; drop c_dtype"
     return None

@@ -37,6 +37,21 @@ def instances() -> list[Instance]:
     return [rec.spec for _, rec in sorted(state.runtime().manifest.instances.items())]
 
 
+def workspace_bytes(
+    instance_id: str, m: int, n: int, k: int, batch: int = 1, *, k_splits: int | None = None
+) -> int:
+    """Bytes of workspace `launch(instance_id, ..., k_splits=k_splits, workspace=ptr)` needs for an m x n
+    x k problem with `batch` batches: 0 for instances without split-K and for a single split. Like
+    cuBLASLt's workspace, the caller allocates it (launch never allocates); it must be zeroed before its
+    first use, and the kernel leaves it zeroed. Needs no GPU."""
+    plan = state.runtime().plan(instance_id)
+    iid = plan.record.id
+    size = problem.size
+    key = (size("m", m, iid), size("n", n, iid), size("k", k, iid), size("batch", batch, iid))
+    key += (None,) * 10 + (problem.k_splits(iid, k_splits),)
+    return plan.shape(key).workspace_bytes
+
+
 def launch(
     instance_id: str,
     ptrs,
@@ -60,6 +75,8 @@ def launch(
     pdl: bool = False,
     raster_along_m: bool | None = None,
     group_size: int | None = None,
+    k_splits: int | None = None,
+    workspace: int | None = None,
 ) -> None:
     """Enqueue D = alpha * A @ B^T + beta * C (per batch) with kernel instance `instance_id` on `stream`.
 
@@ -84,8 +101,17 @@ def launch(
     pays off for back-to-back short kernels, and a profiler shows the overlapping grids.
 
     raster_along_m / group_size override the persistent walk over output tiles (default: see
-    runtime/scheduling.py). Returns once the launch is enqueued; raises an `HgemmError` subclass, before
-    launching anything, for an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
+    runtime/scheduling.py).
+
+    Split-K instances (`k_split` "split", id suffix `_splitk`) cut each output tile's K loop into
+    `k_splits` ranges (1 .. ceil(k / tile K); None: runtime/scheduling.default_k_splits, from the problem
+    alone) and reduce the fp32 partials in a fixed order: the same bits on every run. More than one split
+    needs `workspace`: a 16-byte aligned device allocation of at least `workspace_bytes(instance_id, m, n,
+    k, batch, k_splits=...)` bytes, zeroed before its first use (the kernel leaves it zeroed again), used
+    by one launch at a time (one workspace per stream). Other instances take neither argument.
+
+    Returns once the launch is enqueued; raises an `HgemmError` subclass, before launching anything, for
+    an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
     """
     rt = state._default or state.runtime()
     try:
@@ -105,6 +131,7 @@ def launch(
             is batch_stride_c
             is raster_along_m
             is group_size
+            is k_splits
             is None
         ):
             e = entries[(m, n, k, batch, s, ctx, pdl)]
@@ -119,6 +146,7 @@ def launch(
             batch_stride_c,
             raster_along_m,
             group_size,
+            k_splits,
         ):
             e = entries[
                 (
@@ -139,6 +167,7 @@ def launch(
                     batch_stride_c,
                     raster_along_m,
                     group_size,
+                    k_splits,
                 )
             ]
         else:
@@ -152,6 +181,13 @@ def launch(
         or not _exact_ints(m, n, k, batch)
         or not (pdl is False or pdl is True)
         or not (_pointers_ok(a, b, d, c) if e.has_c else _pointers_ok(a, b, d) and c is None and beta == 0.0)
+        or not (
+            workspace is None
+            and not e.workspace_bytes
+            or e.takes_workspace
+            and workspace is not None
+            and _pointers_ok(workspace, workspace, workspace)
+        )
     ):
         e, a, b, d, c, alpha, beta = _first_call(
             rt,
@@ -172,6 +208,8 @@ def launch(
             batch_stride_c,
             raster_along_m,
             group_size,
+            k_splits,
+            workspace,
             c,
             alpha,
             beta,
@@ -184,11 +222,13 @@ def launch(
     for attempt in (0, 1):  # a second attempt only after a refusal that fresh stream facts may fix
         e.check_overlap(e.instance, a, b, d, c)
         if rt.check_pointers:
-            _check_devices(rt, e, a, b, d, c)
+            _check_devices(rt, e, a, b, d, c, workspace)
         buf, params = e.buffers.pair
         ch = e.chunks
         if e.has_c:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], c, ch[4], alpha, ch[5], beta, ch[6])
+        elif e.takes_workspace:
+            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], workspace or 0, ch[5])
         else:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4])
         err = e.launch(e.config, e.function, params, 0)[0]
@@ -216,6 +256,8 @@ def launch(
             batch_stride_c,
             raster_along_m,
             group_size,
+            k_splits,
+            workspace,
             c,
             alpha,
             beta,
@@ -242,6 +284,8 @@ def _first_call(
     bsc,
     raster,
     group,
+    splits,
+    workspace,
     c,
     alpha,
     beta,
@@ -268,9 +312,16 @@ def _first_call(
         opt("batch_stride_c", bsc, stride),
         problem.raster(iid, raster),
         problem.group(iid, group),
+        problem.k_splits(iid, splits),
     )
     shape = plan.shape(key)
     a, b, d = problem.pointers(iid, ptrs)
+    if workspace is not None:
+        if not plan.split:
+            raise plan.not_split("workspace")
+        workspace = problem.pointer(iid, "workspace", workspace)
+    elif shape.workspace_bytes:
+        raise plan.workspace_missing(shape.workspace_bytes)
     if plan.has_c:
         if c is None:
             raise plan.c_missing()
@@ -302,10 +353,10 @@ def _first_call(
     return e, a, b, d, c, alpha, beta
 
 
-def _check_devices(rt, e, a, b, d, c) -> None:
+def _check_devices(rt, e, a, b, d, c, workspace=None) -> None:
     """DeviceMismatchError unless every operand is accessible from the device the kernel runs on."""
     allow_peer = rt.knobs.allow_peer_pointers
-    for operand, ptr in (("a", a), ("b", b), ("d", d), ("c", c)):
+    for operand, ptr in (("a", a), ("b", b), ("d", d), ("c", c), ("workspace", workspace)):
         if ptr is not None:
             rt.devices.check_pointer(ptr, e.device, operand, e.instance, allow_peer=allow_peer)
 

@@ -37,8 +37,9 @@ class ParamPacker:
                 descs.append((p.offset, p.offset, r, r.operand, r.dims, r.strides, r.dtype.bytes))
             elif p.kind == "shape":
                 words.append((p.offset, f"<{len(p.dims)}i", tuple(p.dims)))
-            elif p.kind in ("i32", "f32"):
-                words.append((p.offset, "<i" if p.kind == "i32" else "<f", (p.name,)))
+            elif p.kind in ("i32", "f32", "pointer"):
+                fmt = {"i32": "<i", "f32": "<f", "pointer": "<Q"}[p.kind]
+                words.append((p.offset, fmt, (p.name,)))
                 self._scalars[p.name] = p.offset
             # "opaque": compile-time data; the buffer's zero bytes are what the kernel ignores
         self._descs = tuple(descs)
@@ -50,7 +51,8 @@ class ParamPacker:
         return {operand: offset for _, offset, _, operand, _, _, _ in self._descs}
 
     def scalar_offsets(self) -> dict[str, int]:
-        """Offset of each named scalar parameter (i32 and f32), by name."""
+        """Offset of each named scalar parameter (i32, f32 and raw pointers such as the workspace), by
+        name."""
         return dict(self._scalars)
 
     def pack(self, values: dict) -> bytearray:

@@ -24,26 +24,31 @@ from functools import cached_property
 from types import MappingProxyType
 
 from .errors import CorruptArtifactError, InvalidArgumentError, UnknownInstanceError
-from .spec import EXTENTS, OPERAND_EXTENTS, STRIDES, DType, GemmSpec, SpecError
+from .spec import EXTENTS, OPERAND_EXTENTS, STRIDES, DType, GemmSpec, KSplit, SpecError
 
 FORMAT = "hgemm-sm90-manifest"
 # 2 (2026-11-30): typed records; the spec is complete, the grid rule a name, alignment a TMA constant,
 # the cubin file named by the id, min_driver_version per record.
 # 3 (2026-12-01): spec.swap_ab; a swap-AB record's descriptors come in the kernel's slot order (B, A, D, C).
-CONTRACT_VERSION = 3
+# 4 (2026-12-01): spec.k_split; split-K records take the int32 scalar k_splits and a "pointer" parameter,
+# the workspace.
+CONTRACT_VERSION = 4
 ARCH = "sm_90a"
 # Every operand moves through TMA, which needs 16-byte aligned addresses, leading dimensions and batch
 # strides, and whole 16-byte chunks along the contiguous extent (runtime/problem.py checks these).
 TMA_ALIGN_BYTES = 16
 DESCRIPTOR_BYTES = 128  # a CUtensorMap kernel parameter
+POINTER_BYTES = 8  # a raw device pointer kernel parameter
 
 # The grid rules a record may name. "persistent_clusters": grid = (cluster_m * P, cluster_n, 1) with
 # P = min(cluster tiles of the problem, max active clusters of the kernel) (runtime/scheduling.py).
 GRID_RULES = ("persistent_clusters",)
-PARAM_KINDS = ("tensormap", "shape", "i32", "f32", "opaque")
-# The scalars the runtime can fill, by kind: the walk order (runtime/scheduling.py) and the epilogue's
-# scales (alpha always, beta where the epilogue reads C).
-SCALARS = {"i32": ("raster_along_m", "group_size"), "f32": ("alpha", "beta")}
+PARAM_KINDS = ("tensormap", "shape", "i32", "f32", "pointer", "opaque")
+# The scalars the runtime can fill, by kind: the walk order and split count (runtime/scheduling.py) and
+# the epilogue's scales (alpha always, beta where the epilogue reads C).
+SCALARS = {"i32": ("raster_along_m", "group_size", "k_splits"), "f32": ("alpha", "beta")}
+# The raw device pointers the runtime can fill: split-K's workspace (launch(..., workspace=)).
+POINTERS = ("workspace",)
 # TMA recipe fields whose only values with an established encoding are these (runtime/tensormap.py).
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -90,7 +95,8 @@ class Param:
 
     kind "tensormap": a 128-byte descriptor of ``operand`` encoded from ``tensormap``; "shape": int32
     extents, one per name in ``dims`` (``operand`` says whose, informational; "problem" for loose ones);
-    "i32"/"f32": the scalar ``name``; "opaque": compile-time data the kernel ignores (left zero)."""
+    "i32"/"f32": the scalar ``name``; "pointer": the 8-byte device address ``name``; "opaque":
+    compile-time data the kernel ignores (left zero)."""
 
     kind: str
     offset: int
@@ -399,6 +405,14 @@ def _param(r: _Reader, p, where: str, spec: GemmSpec) -> Param:
                 where, f"an {kind} is 4 bytes at a 4-byte aligned offset, got size {size} at offset {offset}"
             )
         return Param(kind, offset, size, name=name)
+    if kind == "pointer":
+        r.known(p, ("kind", "offset", "size", "name"), where)
+        name = r.choice(p, "name", where, POINTERS)
+        if size != POINTER_BYTES or offset % POINTER_BYTES:
+            r.fail(
+                where, f"a pointer is 8 bytes at an 8-byte aligned offset, got size {size} at offset {offset}"
+            )
+        return Param(kind, offset, size, name=name)
     r.known(p, ("kind", "offset", "size"), where)
     return Param(kind, offset, size)  # opaque
 
@@ -461,6 +475,15 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
             _at(where, "params"),
             f"carry the scales {sorted(scalars)}; the spec's epilogue needs "
             f"{'alpha and beta' if spec.has_c else 'alpha'}",
+        )
+    split = spec.k_split == KSplit.split
+    named = {p.name for p in params if p.kind in ("i32", "pointer")}
+    split_params = {"k_splits", "workspace"}
+    if (split_params <= named) != split or (not split and named & split_params):
+        r.fail(
+            _at(where, "params"),
+            "must carry k_splits and the workspace pointer exactly when the spec is split-K "
+            f"(k_split {spec.k_split}; parameters name {sorted(named)})",
         )
     stats = r.map_(rec, "stats", where)
     if any(type(v) not in (int, float) for v in stats.values()):

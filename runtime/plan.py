@@ -4,9 +4,10 @@ problem shape, and once per (shape, stream, pdl).
 - Per instance (`LaunchPlan`): the operand layouts, the parameter packer (runtime/args.py) and one
   `struct.Struct` that writes a whole parameter buffer in one call: the shape's constant bytes
   interleaved with the per-launch values (the descriptors' 8-byte addresses, alpha, beta).
-- Per problem shape (`Shape`, from `prepare`): the validated extents, leading dimensions, batch strides
-  and walk order, packed once with zero addresses and scales and cut into those constant chunks; the
-  number of cluster tiles; the operands' byte footprints (runtime/problem.py).
+- Per problem shape (`Shape`, from `prepare`): the validated extents, leading dimensions, batch strides,
+  walk order and split count, packed once with zero addresses and scales and cut into those constant
+  chunks; the number of work units (cluster tiles, times the splits under split-K) and the workspace
+  they need; the operands' byte footprints (runtime/problem.py).
 - Per (shape, stream, pdl) (`LaunchEntry`): the kernel loaded in the stream's context, its
   `CUlaunchConfig` with the persistent grid (runtime/scheduling.py) already in it, and the driver's
   launch function. A repeated launch finds its entry with one dict lookup.
@@ -25,22 +26,25 @@ from . import overlap, problem, scheduling
 from .args import ParamPacker
 from .errors import CorruptArtifactError, InvalidArgumentError
 from .launcher import ThreadBuffers, build_config
+from .spec import KSplit
 
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
 # The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
-# kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta); the one-call writer relies
-# on it.
-_WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4}  # descriptor address words, float32 scales
+# kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then split-K's workspace);
+# the one-call writer relies on it.
+_WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4, "workspace": 8}  # addresses, float32 scales
 
 
 class Shape:
     """One validated problem shape: `chunks` (the parameter image's constant bytes between the per-launch
-    values), `total` (cluster tiles over all batches) and `footprints` (runtime/overlap.py)."""
+    values), `total` (work units over all batches: cluster tiles, times `splits` under split-K),
+    `workspace_bytes` (what a split-K launch needs, 0 otherwise) and `footprints` (runtime/overlap.py)."""
 
-    __slots__ = ("chunks", "total", "footprints")
+    __slots__ = ("chunks", "total", "splits", "workspace_bytes", "footprints")
 
-    def __init__(self, chunks: tuple[bytes, ...], total: int, footprints: overlap.Footprints):
+    def __init__(self, chunks, total: int, splits: int, workspace_bytes: int, footprints: overlap.Footprints):
         self.chunks, self.total, self.footprints = chunks, total, footprints
+        self.splits, self.workspace_bytes = splits, workspace_bytes
 
 
 class LaunchEntry:
@@ -49,6 +53,8 @@ class LaunchEntry:
     __slots__ = (
         "instance",
         "has_c",
+        "takes_workspace",
+        "workspace_bytes",
         "chunks",
         "check_overlap",
         "pack",
@@ -65,6 +71,8 @@ class LaunchEntry:
         rec = plan.record
         grid = scheduling.persistent_grid(shape.total, loaded.max_active_clusters, *rec.cluster[:2])
         self.instance, self.has_c, self.pack, self.buffers = rec.id, plan.has_c, plan.pack, plan.buffers
+        # Split-K: the launch patches a workspace address (0 when one split needs none).
+        self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
         self.stream, self.context, self.device = stream, loaded.context, loaded.device
         self.config = build_config(cu, rec, grid, stream, pdl)
@@ -80,6 +88,7 @@ class LaunchPlan:
         "catalog",
         "ops",
         "has_c",
+        "split",
         "packer",
         "patches",
         "pack",
@@ -93,11 +102,17 @@ class LaunchPlan:
         self.catalog = catalog  # the Manifest the record came from: error messages suggest its siblings
         self.ops = problem.layouts(record.spec)
         self.has_c = record.spec.has_c
+        self.split = record.spec.k_split == KSplit.split
         self.packer = ParamPacker(record)
         patches = {**self.packer.address_offsets(), **self.packer.scalar_offsets()}
         order = sorted((off, name) for name, off in patches.items() if name in _WIDTH)
         names = tuple(name for _, name in order)
-        want = (*record.spec.launch_operands, "alpha", *(("beta",) if self.has_c else ()))
+        want = (
+            *record.spec.launch_operands,
+            "alpha",
+            *(("beta",) if self.has_c else ()),
+            *(("workspace",) if self.split else ()),
+        )
         if names != want:
             raise CorruptArtifactError(
                 f"the record's descriptors and scales lie in the order {list(names)}, not "
@@ -116,19 +131,21 @@ class LaunchPlan:
             def pack(buf, offset, c0, a, c1, b, *rest, _pack=pack):
                 _pack(buf, offset, c0, b, c1, a, *rest)
 
-        self.pack = pack  # pack(buf, 0, chunk, a, chunk, b, chunk, d, [chunk, c,] chunk, alpha, ...)
+        # pack(buf, 0, chunk, a, chunk, b, chunk, d, [chunk, c,] chunk, alpha, [chunk, beta,]
+        # [chunk, workspace,] chunk)
+        self.pack = pack
         self.buffers = ThreadBuffers(record.param_bytes, record.param_offsets)
         self.shapes: dict[tuple, Shape] = {}
         self.entries: dict[tuple, LaunchEntry] = {}
 
     def shape(self, key: tuple) -> Shape:
         """The `Shape` of a canonical key (m, n, k, batch, lda, ldb, ldd, ldc, batch_stride_a..c,
-        raster_along_m, group_size): validated and packed on first use."""
+        raster_along_m, group_size, k_splits): validated and packed on first use."""
         hit = self.shapes.get(key)
         return hit if hit is not None else self.prepare(key)
 
     def prepare(self, key: tuple) -> Shape:
-        m, n, k, batch, lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size = key
+        m, n, k, batch, lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size, k_splits = key
         iid = self.record.id
         lds, bss = (lda, ldb, ldd), (bsa, bsb, bsd)
         if self.has_c:
@@ -150,6 +167,10 @@ class LaunchPlan:
             along_m = int(raster_along_m) ^ swap
         values["raster_along_m"] = along_m
         values["group_size"] = group if group_size is None else group_size
+        splits, workspace_bytes = self._splits(total, values["k"], k_splits)
+        if self.split:
+            values["k_splits"] = splits
+            values["workspace"] = 0  # patched per launch
         for op in self.ops:
             values[op.name] = 0  # patched per launch
         values["alpha"] = values["beta"] = 0.0  # patched per launch
@@ -159,11 +180,41 @@ class LaunchPlan:
             chunks.append(image[end:start])
             end = stop
         chunks.append(image[end:])
-        shape = Shape(tuple(chunks), total, overlap.Footprints(self.ops, values))
+        shape = Shape(
+            tuple(chunks), total * splits, splits, workspace_bytes, overlap.Footprints(self.ops, values)
+        )
         if len(self.shapes) >= _CACHED_PER_INSTANCE:
             self.shapes.clear()
         self.shapes[key] = shape
         return shape
+
+    def _splits(self, tiles: int, k: int, k_splits: int | None) -> tuple[int, int]:
+        """(split count, workspace bytes) of a problem with `tiles` output tiles: (1, 0) unless split-K;
+        `k_splits` None takes the default (runtime/scheduling.py)."""
+        if not self.split:
+            if k_splits is not None:
+                raise self.not_split("k_splits")
+            return 1, 0
+        tile_m, tile_n, tile_k = self.record.spec.tile
+        k_tile_count = scheduling.k_tiles(k, tile_k)
+        if k_splits is None:
+            k_splits = scheduling.default_k_splits(tiles, k_tile_count)
+        elif k_splits > k_tile_count:
+            raise InvalidArgumentError(
+                f"k_splits={k_splits} is more than the {k_tile_count} k-tiles of K={k} "
+                f"(tile K {tile_k}): a split would be empty",
+                f"pass k_splits between 1 and {k_tile_count}, or None for the default",
+                self.record.id,
+            )
+        workspace = scheduling.split_workspace_bytes(tiles, k_splits, tile_m, tile_n)
+        if workspace >= 2**33:  # the kernel indexes the fp32 partials with int32
+            raise InvalidArgumentError(
+                f"k_splits={k_splits} needs {workspace} bytes of split-K workspace, more than the kernel's "
+                "8 GiB index range",
+                "pass a smaller k_splits, or split the problem into batches",
+                self.record.id,
+            )
+        return k_splits, workspace
 
     def entry(self, key: tuple, shape: Shape, loaded, stream: int, pdl: bool, cu) -> LaunchEntry:
         """The cached `LaunchEntry` under `key` (the full launch key of runtime/api.py), built if new."""
@@ -181,6 +232,25 @@ class LaunchPlan:
             self.entries.pop(key, None)
 
     # ---- errors that name the shipped alternatives --------------------------------------------------
+    def not_split(self, what: str) -> InvalidArgumentError:
+        # Split-K instances that compute the same problems (same dtypes, layouts, accumulation).
+        same = lambda s: replace(s, tile=(64, 64, 64), cluster=(1, 1), schedule="cooperative", swap_ab=False)  # noqa: E731
+        mine = same(replace(self.record.spec, k_split=KSplit.split))
+        others = sorted(iid for iid, rec in self.catalog.instances.items() if same(rec.spec) == mine)
+        return InvalidArgumentError(
+            f"{what} given, but this instance does not split K (it has no workspace)",
+            "drop it" + (f", or use a split-K instance: {', '.join(others)}" if others else ""),
+            self.record.id,
+        )
+
+    def workspace_missing(self, nbytes: int) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"this split-K launch needs a workspace of {nbytes} bytes but workspace is None",
+            "pass workspace=<16-byte aligned device allocation of hgemm_sm90.workspace_bytes(...) bytes, "
+            "zeroed before its first use> (or k_splits=1, which needs none)",
+            self.record.id,
+        )
+
     def c_missing(self) -> InvalidArgumentError:
         others = _siblings(self.catalog, self.record, want_c=False)
         return InvalidArgumentError(

@@ -69,10 +69,12 @@ def exact_ints(m, n, k, batch) -> bool:
     return int is type(m) is type(n) is type(k) is type(batch)
 
 
-def overrides_canonical(lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size) -> bool:
+def overrides_canonical(
+    lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size, k_splits=None
+) -> bool:
     """`exact_ints` for the optional arguments: each is None or exactly an int, and `raster_along_m` may
     be a bool too (True and 1 mean the same walk; `group_size=True` is refused like `m=True`)."""
-    for v in (lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, group_size):
+    for v in (lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, group_size, k_splits):
         if v is not None and type(v) is not int:
             return False
     return raster_along_m is None or type(raster_along_m) is int or type(raster_along_m) is bool
@@ -183,6 +185,14 @@ def raster(instance: str, v):
     if v is None or (type(v) in (bool, int) and v in (0, 1)):
         return None if v is None else int(v)
     raise InvalidArgumentError(f"raster_along_m={v!r}", "pass True, False or None (automatic)", instance)
+
+
+def k_splits(instance: str, v):
+    """A split-K count override: None (automatic) or an int in 1 .. 2**31 - 1 (checked against the
+    problem's k-tiles when the shape is prepared, runtime/plan.py)."""
+    if v is None or (type(v) is int and 1 <= v <= INT32_MAX):
+        return v
+    raise InvalidArgumentError(f"k_splits={v!r}", "pass a positive int or None (automatic)", instance)
 
 
 def group(instance: str, v):

@@ -15,6 +15,15 @@ from __future__ import annotations
 
 DEFAULT_GROUP_SIZE = 8
 
+# Split-K (instances with k_split "split", docs/CONTRACT.md "Split-K"). The default split count depends on
+# the problem alone (never on the device or on how many SMs are busy), so a problem's bits are the same
+# everywhere: enough units to fill one wave of an H200 (132 SMs), at least MIN_K_TILES_PER_SPLIT k-tiles
+# per unit, at most MAX_K_SPLITS.
+SPLIT_TARGET_UNITS = 132
+MIN_K_TILES_PER_SPLIT = 4
+MAX_K_SPLITS = 16
+_COUNTER_ALIGN_WORDS = 32  # the arrival counters fill whole 128-byte lines before the partials
+
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -27,9 +36,42 @@ def cluster_tiles(m: int, n: int, batch: int, tile_m: int, tile_n: int, cluster_
     return cm, cn, cm * cn * batch
 
 
-def persistent_grid(total_cluster_tiles: int, max_active_clusters: int, cluster_m: int, cluster_n: int):
-    clusters = min(total_cluster_tiles, max_active_clusters)
+def persistent_grid(total_units: int, max_active_clusters: int, cluster_m: int, cluster_n: int):
+    """The grid for `total_units` work units: cluster tiles, times the split count under split-K."""
+    clusters = min(total_units, max_active_clusters)
     return (cluster_m * clusters, cluster_n, 1)
+
+
+def k_tiles(k: int, tile_k: int) -> int:
+    """Iterations of the K loop of one output tile."""
+    return ceil_div(k, tile_k)
+
+
+def effective_splits(k_splits: int, k_tile_count: int) -> int:
+    """The split count the kernel runs: `k_splits` clamped to 1 .. k-tiles (as the kernel and the DSL's
+    host code clamp it), so every split holds at least one k-tile."""
+    return max(1, min(k_splits, k_tile_count))
+
+
+def default_k_splits(tiles: int, k_tile_count: int) -> int:
+    """The split count a launch uses unless told otherwise, from the problem alone (see the constants)."""
+    if tiles >= SPLIT_TARGET_UNITS:
+        return 1
+    return max(1, min(SPLIT_TARGET_UNITS // tiles, k_tile_count // MIN_K_TILES_PER_SPLIT, MAX_K_SPLITS))
+
+
+def split_k_ranges(k_tile_count: int, splits: int) -> list[tuple[int, int]]:
+    """The k-tile range [begin, end) of each split of a tile (codegen/kernels/tile_scheduler.split_unit)."""
+    return [(s * k_tile_count // splits, (s + 1) * k_tile_count // splits) for s in range(splits)]
+
+
+def split_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -> int:
+    """Bytes of workspace a split-K launch needs: one int32 arrival counter per tile (rounded up to whole
+    128-byte lines), then one fp32 partial tile per work unit. Nothing for a single split."""
+    if splits <= 1:
+        return 0
+    counters = ceil_div(tiles, _COUNTER_ALIGN_WORDS) * _COUNTER_ALIGN_WORDS
+    return 4 * (counters + tiles * splits * tile_m * tile_n)
 
 
 def default_raster(clusters_m: int, clusters_n: int) -> tuple[int, int]:

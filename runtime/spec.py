@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -29,6 +29,8 @@ in that order. Defined today, in order:
   `_fastacc`              fp8 inputs accumulate straight into the fp32 accumulator (no periodic promotion)
   `_swapab`               the kernel computes D^T = B @ A^T (`GemmSpec.swap_ab`; tile and cluster are the
                           kernel's, so a 64x8 tile covers 64 columns of N and 8 rows of M)
+  `_splitk`               split-K: each output tile's K loop is cut into a launch-time number of ranges,
+                          reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
 """
 
 from __future__ import annotations
@@ -156,6 +158,14 @@ class Schedule(StrEnum):
     pingpong = "pingpong"
 
 
+class KSplit(StrEnum):
+    """How an instance divides the K loop of one output tile: not at all, or into `k_splits` ranges given
+    at launch (split-K, reduced through a workspace). ("stream", stream-K, is reserved: not built.)"""
+
+    none = "none"
+    split = "split"
+
+
 # Short id tokens for schedules; the YAML/JSON spelling stays the full word.
 _SCHEDULE_TOKEN = {Schedule.cooperative: "coop", Schedule.pingpong: "pp"}
 _TOKEN_SCHEDULE = {tok: s for s, tok in _SCHEDULE_TOKEN.items()}
@@ -169,6 +179,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {
     "b_major": BMajor,
     "d_major": DMajor,
     "schedule": Schedule,
+    "k_split": KSplit,
 }
 # Fields whose value may be null (YAML `null`, JSON `null`): "feature off".
 _OPTIONAL_ENUM_FIELDS: dict[str, type[StrEnum]] = {"c_dtype": DType, "c_major": DMajor}
@@ -255,6 +266,11 @@ class GemmSpec:
     are the kernel's, i.e. its tile M runs along the problem's N. `kernel_spec()` is the spec the kernel
     is compiled from; `problem_tile` is the (M, N) extent of D that one tile covers.
 
+    `k_split` "split" (split-K, for problems with too few output tiles to fill the GPU): the kernel cuts
+    each tile's K loop into `k_splits` ranges (a launch argument), one work unit each, and the last unit
+    of a tile to finish adds the fp32 partial sums in a fixed order (deterministic) through a caller-given
+    workspace (`hgemm_sm90.workspace_bytes`).
+
     Keyword-only (no positional construction). Construction normalizes and validates every field: strings
     become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
     `GemmSpec` is canonical and equal specs have equal names. Whether the kernel *supports* a spec is a
@@ -275,6 +291,7 @@ class GemmSpec:
     c_major: DMajor | None = None
     fp8_fast_accum: bool = False
     swap_ab: bool = False
+    k_split: KSplit = KSplit.none
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -509,15 +526,20 @@ _SUFFIXES = (
         lambda s: "swapab" if s.swap_ab else None,
         lambda tok: {"swap_ab": True} if tok == "swapab" else None,
     ),
+    (
+        "split-K",
+        lambda s: "splitk" if s.k_split == KSplit.split else None,
+        lambda tok: {"k_split": KSplit.split} if tok == "splitk" else None,
+    ),
 )
-_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc, then _swapab"
+_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk"
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
 # Keys a YAML row may leave out: no C operand, fp32 accumulation, promoted fp8 accumulation.
-_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum", "swap_ab")
+_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum", "swap_ab", "k_split")
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW_DEFAULTED)
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
-    "[_c{c_dtype}{c_major}][_fastacc][_swapab]"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk]"
 )

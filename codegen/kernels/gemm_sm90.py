@@ -47,7 +47,7 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from .tile_scheduler import cluster_tile_coord
+from .tile_scheduler import cluster_tile_coord, split_unit
 
 THREADS_PER_WARPGROUP = 128
 # Named barriers (0 is __syncthreads): the epilogue of each consumer warpgroup set, then the ping-pong
@@ -86,6 +86,10 @@ class KernelConfig:
     # fp8 slow accumulation: each k-tile's WGMMAs go into one of these per-k-tile accumulators, which is
     # then added ("promoted") into the fp32 tile accumulator. 0: no promotion (fast accumulation, 16-bit).
     k_acc_buffers: int = 0
+    # Split-K (cooperative, 1x1 clusters): the host entry takes `k_splits` and a workspace pointer; each
+    # output tile's k-tiles are cut into `k_splits` contiguous ranges, one work unit each, reduced in a
+    # fixed order by the unit that finishes last (`HopperGemm._reduce_splits`).
+    k_split: bool = False
 
     @property
     def threads(self) -> int:
@@ -135,7 +139,10 @@ class EpilogueContext:
 
 
 def make_gemm(config: KernelConfig) -> "HopperGemm":
-    """The kernel object for a configuration: its host entry's signature depends on whether C is read."""
+    """The kernel object for a configuration: its host entry's signature depends on whether C is read
+    and on split-K (which takes the split count and a workspace)."""
+    if config.k_split:
+        return HopperGemmSplitK(config)
     return (HopperGemmWithC if config.c_dtype is not None else HopperGemm)(config)
 
 
@@ -172,6 +179,7 @@ class HopperGemm:
         self.num_mcast_a = self.cluster_mn[1]  # A tiles are shared along a cluster row (same M)
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
+        self.k_split = config.k_split
 
     # ------------------------------------------------------------------ host side
     @cute.jit
@@ -189,10 +197,25 @@ class HopperGemm:
         """mA: (M, K, L), mB: (N, K, L), mD: (M, N, L), each with one unit-stride mode."""
         self._launch(mA, mB, mD, None, alpha, None, raster_along_m, group_size, max_active_clusters, stream)
 
-    def _launch(self, mA, mB, mD, mC, alpha, beta, raster_along_m, group_size, max_active_clusters, stream):
+    def _launch(
+        self,
+        mA,
+        mB,
+        mD,
+        mC,
+        alpha,
+        beta,
+        raster_along_m,
+        group_size,
+        max_active_clusters,
+        stream,
+        k_splits=None,
+        workspace=None,
+    ):
         """Build TMA descriptors, size the persistent grid and launch (traced inside a host entry).
 
-        The grid is `(cluster_m * P, cluster_n, 1)` with `P = min(cluster tiles, max_active_clusters)`.
+        The grid is `(cluster_m * P, cluster_n, 1)` with `P = min(work units, max_active_clusters)`; a
+        work unit is a cluster tile, or under split-K one of its `S = clamp(k_splits, 1, k-tiles)` k-ranges.
         """
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
@@ -252,7 +275,11 @@ class HopperGemm:
         tiles_m = (cute.size(mD, mode=[0]) + self.tile_mnk[0] - 1) // self.tile_mnk[0]
         tiles_n = (cute.size(mD, mode=[1]) + self.tile_mnk[1] - 1) // self.tile_mnk[1]
         cluster_tiles = ((tiles_m + cm - 1) // cm) * ((tiles_n + cn - 1) // cn) * cute.size(mD, mode=[2])
-        num_clusters = cutlass.min(cluster_tiles, max_active_clusters)
+        work_units = cluster_tiles
+        if cutlass.const_expr(self.k_split):
+            k_tiles = (cute.size(mA, mode=[1]) + self.tile_mnk[2] - 1) // self.tile_mnk[2]
+            work_units = cluster_tiles * cutlass.max(cutlass.min(k_splits, k_tiles), 1)
+        num_clusters = cutlass.min(work_units, max_active_clusters)
 
         # Shared memory: the A/B ring's full/empty mbarriers, the C buffers' mbarriers (if C is read), then
         # the 1024-byte aligned buffers (128-byte swizzled TMA tiles must be).
@@ -269,6 +296,8 @@ class HopperGemm:
         fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
         if cutlass.const_expr(mC is not None):
             fields["sC"] = buffer(self.c_dtype, c_smem_staged)
+        if cutlass.const_expr(self.k_split):
+            fields["split_arrivals"] = cute.struct.MemRange[Int32, 1]  # broadcast of the arrival count
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
@@ -285,6 +314,8 @@ class HopperGemm:
             beta,
             raster_along_m,
             group_size,
+            k_splits,
+            workspace,
             self.tiled_mma,
             self.cta_layout_mnk,
             a_smem_staged,
@@ -351,6 +382,8 @@ class HopperGemm:
         beta,
         raster_along_m: Int32,
         group_size: Int32,
+        k_splits,
+        workspace,
         tiled_mma: cute.TiledMma,
         cta_layout_mnk: cute.Layout,
         a_smem_staged: cute.ComposedLayout,
@@ -448,6 +481,13 @@ class HopperGemm:
         cluster_tiles = clusters_m * clusters_n * cute.size(gD_mnl, mode=[4])
         cluster_id = cute.arch.cluster_idx()[0]
         num_clusters = cute.arch.cluster_dim()[0]
+        # Split-K: S work units per tile (the host sized the grid with the same clamp).
+        splits = 1
+        split_arrivals = None
+        if cutlass.const_expr(self.k_split):
+            splits = cutlass.max(cutlass.min(k_splits, k_tile_cnt), 1)
+            split_arrivals = storage.split_arrivals.data_ptr()
+        work_units = cluster_tiles * splits
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
 
@@ -464,15 +504,18 @@ class HopperGemm:
 
             producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
             linear = cluster_id
-            while linear < cluster_tiles:
+            while linear < work_units:
+                tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
+                if cutlass.const_expr(self.k_split):
+                    tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
                 ctile_m, ctile_n, batch = cluster_tile_coord(
-                    linear, clusters_m, clusters_n, raster_along_m, group_size
+                    tile_linear, clusters_m, clusters_n, raster_along_m, group_size
                 )
                 tile_m = ctile_m * cm + cluster_coord_mnk[0]
                 tile_n = ctile_n * cn + cluster_coord_mnk[1]
                 tAgA_k = tAgA[(None, tile_m, None, batch)]
                 tBgB_k = tBgB[(None, tile_n, None, batch)]
-                for k_tile in range(k_tile_cnt):
+                for k_tile in range(k_begin, k_end):
                     ab_pipeline.producer_acquire(producer_state)
                     full_barrier = ab_pipeline.producer_get_barrier(producer_state)
                     cute.copy(
@@ -513,6 +556,9 @@ class HopperGemm:
                 gC_mnl,
                 k_tile_cnt,
                 cluster_tiles,
+                splits,
+                workspace,
+                split_arrivals,
                 clusters_m,
                 clusters_n,
                 cluster_id,
@@ -545,6 +591,9 @@ class HopperGemm:
         gC_mnl,
         k_tile_cnt: Int32,
         cluster_tiles: Int32,
+        splits,
+        workspace,
+        split_arrivals,
         clusters_m: Int32,
         clusters_n: Int32,
         cluster_id: Int32,
@@ -619,9 +668,12 @@ class HopperGemm:
                     barrier_id=EPI_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
                 )
 
-        while linear < cluster_tiles:
+        while linear < cluster_tiles * splits:
+            tile_linear, split, k_begin, k_end = linear, 0, 0, k_tile_cnt
+            if cutlass.const_expr(self.k_split):
+                tile_linear, split, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
             ctile_m, ctile_n, batch = cluster_tile_coord(
-                linear, clusters_m, clusters_n, raster_along_m, group_size
+                tile_linear, clusters_m, clusters_n, raster_along_m, group_size
             )
             tile_m = ctile_m * cm + cluster_coord_mnk[0]
             tile_n = ctile_n * cn + cluster_coord_mnk[1]
@@ -636,12 +688,27 @@ class HopperGemm:
                 tCrB,
                 read_state,
                 release_state,
-                k_tile_cnt,
+                k_end - k_begin,
                 wg,
             )
 
             self._wait_turn(EPI_TURN_BARRIER, wg)
-            epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
+            if cutlass.const_expr(self.k_split):
+                # Only the tile's last unit to finish holds the whole sum; the others are done.
+                if self._reduce_splits(
+                    epi,
+                    accumulators,
+                    workspace,
+                    split_arrivals,
+                    tile_linear,
+                    split,
+                    splits,
+                    cluster_tiles,
+                    tidx % self.tile_threads,
+                ):
+                    epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
+            else:
+                epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
             if cutlass.const_expr(self.pingpong):
                 # Both warpgroups write the same D staging buffers: drain this tile's stores before
                 # handing the epilogue to the other warpgroup, then skip its share of the pipelines.
@@ -862,6 +929,63 @@ class HopperGemm:
         c_count += epi.tiles_per_tile
         return epi_buffer, c_count
 
+    @cute.jit
+    def _reduce_splits(
+        self,
+        epi: EpilogueContext,
+        accumulators: cute.Tensor,
+        workspace,
+        split_arrivals,
+        tile_linear: Int32,
+        split: Int32,
+        splits: Int32,
+        total_tiles: Int32,
+        tile_tidx: Int32,
+    ):
+        """Split-K: publish this unit's fp32 partial sum and count its arrival; the tile's last unit to
+        arrive sums all partials into `accumulators` and returns True (it stores the tile), the others
+        return False. With one split there is nothing to reduce (True, the workspace is not touched).
+
+        Deterministic: every partial goes through the workspace and the last arriver adds them in split
+        order 0, 1, ..., S-1, so the bits do not depend on which unit finishes last. Workspace layout
+        (runtime/scheduling.py mirrors it for `workspace_bytes`): one int32 arrival counter per tile
+        (`split_counter_words` of them, rounded up to 128 bytes), then the partials, unit by unit
+        (tile-major, then split), each as `[accumulator register][tile thread]` fp32 so that a warp's
+        stores and loads are coalesced. The last arriver resets its tile's counter to 0, so a workspace
+        stays ready for the next launch (it must be zero before its first use).
+        """
+        is_last = cutlass.Boolean(True)
+        if splits > 1:
+            values = cute.size(accumulators)
+            unit_words = values * self.tile_threads
+            counters = cute.recast_ptr(workspace, dtype=Int32)
+            partials = workspace + ((total_tiles + 31) // 32) * 32 + tile_linear * splits * unit_words
+            mine = partials + split * unit_words + tile_tidx
+            for v in cutlass.range_constexpr(values):
+                cute.arch.store(mine + v * self.tile_threads, accumulators[v], cop="cg")
+            # Release: every thread's partial is visible GPU-wide before the tile's arrival is counted.
+            cute.arch.fence_acq_rel_gpu()
+            epi.barrier.arrive_and_wait()
+            if tile_tidx == 0:
+                arrived = cute.arch.atomic_add(counters + tile_linear, Int32(1), sem="acq_rel", scope="gpu")
+                split_arrivals[0] = arrived
+                if arrived == splits - 1:
+                    counters[tile_linear] = Int32(0)  # every unit of this tile has arrived
+            epi.barrier.arrive_and_wait()
+            is_last = split_arrivals[0] == splits - 1
+            if is_last:
+                cute.arch.fence_acq_rel_gpu()  # acquire: the other units' partials
+                first = partials + tile_tidx
+                for v in cutlass.range_constexpr(values):
+                    accumulators[v] = cute.arch.load(first + v * self.tile_threads, Float32, cop="cg")
+                for j in range(1, splits):
+                    part = first + j * unit_words
+                    for v in cutlass.range_constexpr(values):
+                        accumulators[v] = accumulators[v] + cute.arch.load(
+                            part + v * self.tile_threads, Float32, cop="cg"
+                        )
+        return is_last
+
     @staticmethod
     def _sub_tile(epi_order, epi_idx: int, col_offset):
         """The (row, column) of this epilogue's `epi_idx`-th sub-tile in the tile's grid of sub-tiles."""
@@ -1063,3 +1187,38 @@ class HopperGemmWithC(HopperGemm):
     ):
         """mC: (M, N, L) like mD, with its own dtype and unit-stride mode; it may be the same memory as D."""
         self._launch(mA, mB, mD, mC, alpha, beta, raster_along_m, group_size, max_active_clusters, stream)
+
+
+class HopperGemmSplitK(HopperGemm):
+    """The kernel with split-K: each output tile's k-tiles are cut into `k_splits` ranges (clamped to 1 ..
+    k-tiles), each a work unit of the persistent walk, reduced through `workspace` (fp32, 16-byte aligned;
+    `HopperGemm._reduce_splits` gives its layout). D = alpha * A @ B^T (no C)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        alpha: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        k_splits: Int32,
+        workspace: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            k_splits,
+            workspace,
+        )

@@ -51,3 +51,16 @@ def cluster_tile_coord(
     tile_m = r * along + (1 - r) * across
     tile_n = r * across + (1 - r) * along
     return tile_m, tile_n, batch
+
+
+def split_unit(linear: Int32, splits: Int32, k_tiles: Int32):
+    """Split-K: map a linear work-unit index to (linear tile, split, first k-tile, end k-tile).
+
+    Units are tile-major (the S units of a tile are consecutive, so they run in the same wave and the
+    tile's last arriver waits for nobody). Split s of a tile takes k-tiles [s * K // S, (s + 1) * K // S):
+    contiguous, covering all K k-tiles, sizes differing by at most one, each non-empty for S <= K.
+    Mirrored by `hgemm_sm90.scheduling.split_k_ranges`.
+    """
+    tile = linear // splits
+    split = linear - tile * splits
+    return tile, split, split * k_tiles // splits, (split + 1) * k_tiles // splits

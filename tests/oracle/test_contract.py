@@ -59,6 +59,9 @@ def _random_problem(rng: random.Random, rec) -> dict:
         raster_along_m=rng.randint(0, 1),
         group_size=rng.randint(1, 16),
         max_active_clusters=rng.randint(1, 200),
+        # Split-K instances: any count the runtime accepts (1 .. k-tiles), and a workspace address.
+        k_splits=rng.randint(1, scheduling.k_tiles(k, rec.spec.tile[2])),
+        workspace=rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 16 * 16,
     )
 
 
@@ -88,11 +91,15 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
         assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(spec.launch_operands), kinds
-        assert {p.name for p in rec.params if p.kind == "i32"} == {"raster_along_m", "group_size"}
+        split = spec.k_split == "split"
+        i32 = {"raster_along_m", "group_size", *(("k_splits",) if split else ())}
+        assert {p.name for p in rec.params if p.kind == "i32"} == i32
+        assert {p.name for p in rec.params if p.kind == "pointer"} == ({"workspace"} if split else set())
         assert {p.name for p in rec.params if p.kind == "f32"} == (
             {"alpha", "beta"} if spec.has_c else {"alpha"}
         )
-        assert set(kinds) <= {"tensormap", "shape", "i32", "f32", "opaque"}
+        assert set(kinds) <= {"tensormap", "shape", "i32", "f32", "pointer", "opaque"}
+    assert any(spec.k_split == "split" for spec, _, _ in kernels), "the ci profile lacks a split-K instance"
 
 
 @pytest.mark.parametrize("case_seed", [0])
@@ -109,6 +116,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
             values.update(zip([op.name for op in ops], pr["ptrs"]))
             for name in ("alpha", "beta", "raster_along_m", "group_size"):
                 values[name] = pr[name]
+            if spec.k_split == "split":
+                values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
             want = oracle.call(
                 host_args(
@@ -134,6 +143,7 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
             _, _, total = scheduling.cluster_tiles(
                 values["m"], values["n"], values["l"], *spec.problem_tile, *rec.cluster[:2]
             )
+            total *= values.get("k_splits", 1)
             grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
             assert want.grid == grid, where
             assert want.block == rec.block, where

@@ -24,6 +24,7 @@ from runtime.spec import GemmSpec
 
 pytestmark = pytest.mark.compiler
 A, B, D, C = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000, 0x7F40_0000_0000
+W = 0x7F50_0000_0000  # a split-K workspace
 PSS = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
@@ -56,6 +57,7 @@ def _expect(man, iid, values, clusters=66):
     _, _, total = scheduling.cluster_tiles(
         values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
     )
+    total *= values.get("k_splits", 1)  # split-K: one work unit per split of each tile
     return want, scheduling.persistent_grid(total, clusters, *rec.cluster[:2])
 
 
@@ -73,6 +75,8 @@ def _values(
     c=None,
     alpha=1.0,
     beta=0.0,
+    k_splits=None,
+    workspace=None,
 ):
     ops = problem.layouts(rec.spec)
     values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)])
@@ -89,6 +93,11 @@ def _values(
         raster_along_m=along if raster is None else int(raster) ^ swap,
     )
     values["group_size"] = g if group is None else group
+    if rec.spec.k_split == "split":
+        k_tile_count = scheduling.k_tiles(k, rec.spec.tile[2])
+        default = scheduling.default_k_splits(cm * cn * batch, k_tile_count)
+        values["k_splits"] = default if k_splits is None else k_splits
+        values["workspace"] = workspace or 0
     return values
 
 
@@ -151,9 +160,22 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                 ((A + 16 * rng.randint(1, 999), B + 64, D + 1024), C + 4096, 0.1, -2.5 if has_c else 0.0),
             ]
             for ptrs, c, alpha, beta in calls:
-                runtime.launch(iid, ptrs, 0, c=c if has_c else None, alpha=alpha, beta=beta, **kw)
+                ws = W + 16 * len(fake.launches) if rec.spec.k_split == "split" else None
+                runtime.launch(
+                    iid, ptrs, 0, c=c if has_c else None, alpha=alpha, beta=beta, workspace=ws, **kw
+                )
                 values = _values(
-                    rec, ptrs, pr["m"], pr["n"], pr["k"], pr["batch"], lds, c=c, alpha=alpha, beta=beta
+                    rec,
+                    ptrs,
+                    pr["m"],
+                    pr["n"],
+                    pr["k"],
+                    pr["batch"],
+                    lds,
+                    c=c,
+                    alpha=alpha,
+                    beta=beta,
+                    workspace=ws,
                 )
                 want, grid = _expect(ci, iid, values)
                 got = fake.launches[-1]

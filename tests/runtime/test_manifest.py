@@ -127,7 +127,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("params", 9, "kind"), "f64", r"params\[9\]\.kind must be one of"),
         (("params", 6, "name"), "beta", r"carry the scales \['beta'\]"),
         (("params", 2, "tensormap", "dtype"), "fp16", r"tensormap\.dtype fp16 disagrees"),
-        (("future_field",), 1, r"future_field is not a field of contract version 3"),
+        (("future_field",), 1, r"future_field is not a field of contract version 4"),
     ],
 )
 def test_malformed_field_is_named(tmp_path, doc, path, value, message):
@@ -256,7 +256,7 @@ def test_record_with_c_epilogue_loads(tmp_path):
         (
             ("params", 10, "name"),
             "alpha",
-            r"params\[10\]\.name must be one of \['raster_along_m', " r"'group_size'\]",
+            r"params\[10\]\.name must be one of \['raster_along_m', 'group_size', 'k_splits'\]",
         ),
         (("params", 6, "tensormap", "operand"), "e", r"params\[6\]\.tensormap\.operand must be one of"),
         (
