@@ -616,8 +616,13 @@ def bench_shape(
     size = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch}
     for inst in cands:
         calls = []
+        # Split-K instances: one zeroed workspace serves all of a runner's launches (one stream, in order).
+        ws_bytes = hg.workspace_bytes(inst.id, **size)
+        workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
         for a, b, d, c in sets[Layout.of(inst)]:
             extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
+            if workspace is not None:
+                extra["workspace"] = workspace.data_ptr()
             calls.append(
                 partial(
                     hg.launch,

@@ -68,7 +68,7 @@ import threading
 import weakref
 
 from . import state
-from .api import launch
+from .api import launch, workspace_bytes
 from .arrays import ArrayView, is_torch, view
 from .dispatch import select
 from .driver import check
@@ -144,7 +144,9 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
                 stream = raw(da) if raw is not None else _torch_stream(da)
             else:
                 stream = stream_handle(stream)
-        if p.simple:
+        if p.workspace:
+            _launch_split(cache.rt, p, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, alpha)
+        elif p.simple:
             if p.use_c:
                 launch(
                     p.instance,
@@ -221,11 +223,23 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream):
     for v in (va, vb, vo, vc if p.use_c else None):
         if v is not None and v.stream is not None:
             _wait_for_producer(rt, v.stream, stream)
-    if p.use_c:
+    if p.workspace:
+        _launch_split(rt, p, va.ptr, vb.ptr, pd, stream, alpha)
+    elif p.use_c:
         launch(p.instance, (va.ptr, vb.ptr, pd), stream, c=vc.ptr, alpha=alpha, beta=beta, **p.kw)
     else:
         launch(p.instance, (va.ptr, vb.ptr, pd), stream, alpha=alpha, **p.kw)
     return out
+
+
+def _launch_split(rt, p, a: int, b: int, d: int, stream: int, alpha) -> None:
+    """Launch a split-K plan with the stream's workspace (runtime/workspace.py), or as one split where
+    the stream has none (captured before its first split-K call)."""
+    ws = rt.workspaces.get(stream, p.workspace)
+    if ws is None:
+        launch(p.instance, (a, b, d), stream, alpha=alpha, k_splits=1, **p.kw)
+    else:
+        launch(p.instance, (a, b, d), stream, alpha=alpha, workspace=ws, **p.kw)
 
 
 def _view_key(v: ArrayView) -> tuple:
@@ -301,7 +315,20 @@ class _Plan:
     holds m, n, k, batch alone; `use_c`: c is read; `empty`: nothing to launch. `alloc`: (torch.empty,
     shape, dtype, device) when out=None."""
 
-    __slots__ = ("instance", "kw", "m", "n", "k", "batch", "simple", "use_c", "empty", "alloc", "choice")
+    __slots__ = (
+        "instance",
+        "kw",
+        "m",
+        "n",
+        "k",
+        "batch",
+        "simple",
+        "use_c",
+        "empty",
+        "alloc",
+        "choice",
+        "workspace",
+    )
 
     def allocate(self):
         empty, shape, dtype, device = self.alloc
@@ -389,7 +416,7 @@ def _derive(a, va, vb, vo, vc, beta, fp8) -> _Plan:
     p.empty = m == 0 or n == 0 or total == 0
     p.use_c = use_c
     if p.empty:
-        p.instance, p.kw, p.simple, p.choice = None, {}, True, None
+        p.instance, p.kw, p.simple, p.choice, p.workspace = None, {}, True, None, 0
         return p
     if k == 0:
         raise _bad(
@@ -485,6 +512,8 @@ def _derive(a, va, vb, vo, vc, beta, fp8) -> _Plan:
     p.instance, p.kw, p.choice = choice.instance_id, kw, choice
     p.m, p.n, p.k, p.batch = M, n, k, nbatch
     p.simple = len(kw) == 4
+    # Split-K instances need a workspace unless the problem runs as one split (the launch default).
+    p.workspace = workspace_bytes(p.instance, M, n, k, nbatch)
     return p
 
 

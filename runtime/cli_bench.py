@@ -92,6 +92,10 @@ def cmd_bench(args) -> int:
     stream = torch.cuda.Stream(device=dev)
     overrides = choice.launch_overrides() if choice is not None else {}
     extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
+    ws_bytes = api.workspace_bytes(spec.id, m, n, k, batch, k_splits=overrides.get("k_splits"))
+    if ws_bytes:  # split-K: a zeroed workspace, kept alive with the closure below
+        workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device=dev)
+        extra["workspace"] = workspace.data_ptr()
     ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr())
     handle = stream.cuda_stream  # the int handle: launch's cheapest stream form
 

@@ -13,6 +13,9 @@ class, so only differences between instances matter; absolute numbers are rough.
   sustained fraction of peak, `TILE_EFFICIENCY`) or by loading the A and B tiles into shared memory
   (multicast divides a tile's loads by the cluster extent that shares them), plus a fixed pipeline fill
   and an epilogue that writes the tile (ping-pong overlaps it with the other warpgroup's mainloop);
+- split-K instances: the tiles times the launch's default split count (runtime/scheduling.py) are the
+  units, each running its share of the k-loop and writing an fp32 partial tile that the tile's last unit
+  reads back with the others';
 - a floor: every byte of A, B and D crosses HBM once.
 The edges are in the tile count: a 192-row tile at M = 200 computes 384 rows.
 
@@ -25,7 +28,8 @@ from __future__ import annotations
 
 import math
 
-from .spec import GemmSpec, Schedule
+from . import scheduling
+from .spec import GemmSpec, KSplit, Schedule
 
 TFLOPS_16BIT = 700e12  # sustained at the 700 W power cap (H200, docs/PERF.md)
 TFLOPS_FP8 = 1250e12
@@ -61,12 +65,17 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     tiles_m = math.ceil(math.ceil(m / tm) / cm) * cm
     tiles_n = math.ceil(math.ceil(n / tn) / cn) * cn
     tiles = tiles_m * tiles_n * batch
+    steps = math.ceil(k / tk)
+    splits = 1
+    if spec.k_split == KSplit.split:
+        splits = scheduling.default_k_splits(tiles, steps)
+    tiles *= splits  # work units
     resident = max(cluster, sm_count // cluster * cluster)
     waves = math.ceil(tiles / resident)
     active = min(tiles, resident)
 
     a_bytes, b_bytes, d_bytes = spec.a_dtype.bytes, spec.b_dtype.bytes, spec.d_dtype.bytes
-    steps = math.ceil(k / tk)
+    steps = math.ceil(steps / splits)
     peak = (TFLOPS_FP8 if spec.a_dtype.is_float8 else TFLOPS_16BIT) / sm_count
     if spec.a_dtype.is_float8 and not spec.fp8_fast_accum:
         peak *= PROMOTED_FACTOR
@@ -81,6 +90,8 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
         epilogue += tm * tn * spec.c_dtype.bytes / SM_STREAM_BYTES_PER_S
     if spec.schedule == Schedule.pingpong and waves > 1:
         epilogue *= 0.25  # the other warpgroup's mainloop hides most of it
+    if splits > 1:  # every unit writes its fp32 partial; the last one reads all of them
+        epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S
     per_tile = TILE_FILL_S + steps * step + epilogue
     floor = (m * k * a_bytes + n * k * b_bytes + m * n * d_bytes) * batch / HBM_BYTES_PER_S
     return LAUNCH_S + max(waves * per_tile, floor)

@@ -27,6 +27,7 @@ from . import driver, knobs, manifest
 from .device import Devices
 from .loader import KernelCache
 from .plan import LaunchPlan
+from .workspace import Workspaces
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~10 ms)
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Runtime:
         self.devices = Devices(self)
         self.kernels = KernelCache(self)
         self.plans: dict[str, LaunchPlan] = {}
+        self.workspaces = Workspaces(self)  # gemm()'s split-K workspaces (runtime/workspace.py)
         # Dispatch (runtime/dispatch.py): choices by select()'s exact arguments, and the manifest's
         # instances grouped by problem class (built on the first choice).
         self.choices: dict = {}

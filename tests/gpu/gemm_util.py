@@ -214,7 +214,7 @@ def fit(case: Case, inst) -> Case:
 
 def cases_for(inst) -> list[Case]:
     """The per-instance numerics cases: every edge shape, plus the epilogue variants the instance has."""
-    if getattr(inst, "swap_ab", False):
+    if getattr(inst, "swap_ab", False) or getattr(inst, "k_split", "none") == "split":
         return [*EDGE_CASES, *DECODE_CASES] + ([ALPHA_CASE] if not inst.has_c else [BETA0_CASE])
     if not inst.has_c:
         return [*EDGE_CASES, ALPHA_CASE]
@@ -404,12 +404,31 @@ def launch(p: Problem, stream=None, ptrs=None, instance=None, **overrides) -> No
     if case.group_size is not None:
         kw["group_size"] = case.group_size
     kw.update(overrides)
+    inst = instance or p.inst
+    if getattr(inst, "k_split", "none") == "split" and "workspace" not in kw:
+        kw["workspace"] = workspace(inst, case, kw.get("k_splits"))
     hgemm_sm90.launch(
-        (instance or p.inst).id,
+        inst.id,
         ptrs or (p.a.ptr(), p.b.ptr(), p.d.ptr()),
         torch.cuda.current_stream() if stream is None else stream,
         **kw,
     )
+
+
+_WORKSPACES: dict = {}  # by (device, stream): split-K launches on one stream share a workspace
+
+
+def workspace(inst, case: Case, k_splits=None) -> int | None:
+    """A zeroed split-K workspace big enough for ``case`` on the current stream (the kernel leaves it
+    zeroed, so one serves every launch of the stream), or None where the launch needs none."""
+    nbytes = hgemm_sm90.workspace_bytes(inst.id, case.m, case.n, case.k, case.batch, k_splits=k_splits)
+    if not nbytes:
+        return None
+    key = (torch.cuda.current_device(), torch.cuda.current_stream().cuda_stream)
+    ws = _WORKSPACES.get(key)
+    if ws is None or ws.numel() < nbytes:
+        ws = _WORKSPACES[key] = torch.zeros(max(nbytes, 1 << 20), dtype=torch.uint8, device=DEVICE)
+    return ws.data_ptr()
 
 
 def snapshot(p: Problem) -> dict[str, torch.Tensor]:

@@ -591,3 +591,65 @@ def test_unknown_memory_is_refused_when_checking(ci, fake, pointer_checks):
     with pytest.raises(runtime.InvalidArgumentError, match="not memory CUDA knows"):
         runtime.launch(_without_c(ci), (A, B, D), 0, m=64, n=64, k=64)
     assert fake.count("cuLaunchKernelEx") == 0
+
+
+def _split(man) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.k_split == "split"]
+    assert ids, "the ci profile must hold a split-K instance (kernel_specs.yaml)"
+    return ids[0]
+
+
+def test_split_k_sends_its_count_and_workspace_and_sizes_the_grid_by_units(ci, fake):
+    iid = _split(ci)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    tile_m, tile_n, tile_k = rec.spec.tile
+    m, n, k = 8, 2048, 40 * tile_k  # swap-AB 64-row tiles along N: few tiles, 40 k-tiles
+    for k_splits in (None, 1, 3, 7, 40):
+        ws = None if k_splits == 1 else W
+        runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, k_splits=k_splits, workspace=ws)
+        values = _values(rec, (A, B, D), m, n, k, k_splits=k_splits, workspace=ws)
+        want, grid = _expect(ci, iid, values)
+        got = fake.launches[-1]
+        _assert_sent(got, rec, want)
+        assert got.grid == grid
+        tiles = scheduling.cluster_tiles(m, n, 1, *rec.spec.problem_tile, 1, 1)[2]
+        splits = values["k_splits"]
+        assert grid[0] == min(tiles * splits, 66)  # 66: the fake device's resident CTAs
+        want_bytes = 0 if splits == 1 else 4 * (32 * -(-tiles // 32) + tiles * splits * tile_m * tile_n)
+        assert runtime.workspace_bytes(iid, m, n, k, k_splits=k_splits) == want_bytes
+    # The default split count comes from the problem alone: enough units for one H200 wave.
+    assert values["k_splits"] == 40 and scheduling.default_k_splits(tiles, 40) == min(132 // tiles, 10)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"k_splits": 41}, r"k_splits=41 is more than the 40 k-tiles"),
+        ({"k_splits": 0}, r"k_splits=0"),
+        ({"k_splits": 2.0}, r"k_splits=2.0"),
+        ({"k_splits": 3, "workspace": None}, r"needs a workspace of \d+ bytes but workspace is None"),
+        ({"k_splits": 3, "workspace": W + 8}, r"pointer workspace=0x7f5000000008 is not a 16-byte aligned"),
+        ({"k_splits": 3, "workspace": 0}, r"pointer workspace is null"),
+    ],
+)
+def test_bad_split_k_input_raises_before_launching(ci, fake, kw, message):
+    iid = _split(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    k = 40 * ci.record(iid).spec.tile[2]
+    for _ in range(2):  # also once the shape is cached
+        with pytest.raises(runtime.InvalidArgumentError, match=message):
+            runtime.launch(iid, (A, B, D), 0, m=8, n=2048, k=k, **kw)
+        assert not fake.launches
+        runtime.launch(iid, (A, B, D), 0, m=8, n=2048, k=k, k_splits=3, workspace=W)
+        fake.launches.clear()
+
+
+def test_instances_without_split_k_refuse_its_arguments(ci, fake):
+    iid = _plain(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    for kw in ({"k_splits": 2}, {"workspace": W}):
+        with pytest.raises(runtime.InvalidArgumentError, match=r"does not split K .*_splitk"):
+            runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64, **kw)
+    assert not fake.launches
+    assert runtime.workspace_bytes(iid, 256, 256, 64) == 0
