@@ -206,6 +206,13 @@ class LaunchPlan:
                 f"pass k_splits between 1 and {k_tile_count}, or None for the default",
                 self.record.id,
             )
+        if k_splits > 1 and tiles > scheduling.SPLIT_COUNTERS:
+            raise InvalidArgumentError(
+                f"k_splits={k_splits} with {tiles} output tiles: split-K takes at most "
+                f"{scheduling.SPLIT_COUNTERS} tiles (one arrival counter each)",
+                "pass k_splits=1 (a problem this large fills the GPU without splitting K)",
+                self.record.id,
+            )
         workspace = scheduling.split_workspace_bytes(tiles, k_splits, tile_m, tile_n)
         if workspace >= 2**33:  # the kernel indexes the fp32 partials with int32
             raise InvalidArgumentError(

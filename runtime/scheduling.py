@@ -22,7 +22,11 @@ DEFAULT_GROUP_SIZE = 8
 SPLIT_TARGET_UNITS = 132
 MIN_K_TILES_PER_SPLIT = 4
 MAX_K_SPLITS = 16
-_COUNTER_ALIGN_WORDS = 32  # the arrival counters fill whole 128-byte lines before the partials
+# The workspace starts with a fixed block of int32 arrival counters, one per output tile, then the fp32
+# partials. Fixed, not sized by the problem: each launch leaves every counter it used at 0 but its partials
+# behind, so one workspace can serve problems of any shape only if no problem's partials ever overlap
+# another's counters. So a split-K launch (more than one split) takes at most SPLIT_COUNTERS tiles.
+SPLIT_COUNTERS = 4096
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -66,12 +70,11 @@ def split_k_ranges(k_tile_count: int, splits: int) -> list[tuple[int, int]]:
 
 
 def split_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -> int:
-    """Bytes of workspace a split-K launch needs: one int32 arrival counter per tile (rounded up to whole
-    128-byte lines), then one fp32 partial tile per work unit. Nothing for a single split."""
+    """Bytes of workspace a split-K launch needs: the arrival counters (SPLIT_COUNTERS int32), then one
+    fp32 partial tile per work unit. Nothing for a single split."""
     if splits <= 1:
         return 0
-    counters = ceil_div(tiles, _COUNTER_ALIGN_WORDS) * _COUNTER_ALIGN_WORDS
-    return 4 * (counters + tiles * splits * tile_m * tile_n)
+    return 4 * (SPLIT_COUNTERS + tiles * splits * tile_m * tile_n)
 
 
 def default_raster(clusters_m: int, clusters_n: int) -> tuple[int, int]:

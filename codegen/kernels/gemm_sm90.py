@@ -47,6 +47,8 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
+from runtime.scheduling import SPLIT_COUNTERS
+
 from .tile_scheduler import cluster_tile_coord, split_unit
 
 THREADS_PER_WARPGROUP = 128
@@ -703,7 +705,6 @@ class HopperGemm:
                     tile_linear,
                     split,
                     splits,
-                    cluster_tiles,
                     tidx % self.tile_threads,
                 ):
                     epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
@@ -939,7 +940,6 @@ class HopperGemm:
         tile_linear: Int32,
         split: Int32,
         splits: Int32,
-        total_tiles: Int32,
         tile_tidx: Int32,
     ):
         """Split-K: publish this unit's fp32 partial sum and count its arrival; the tile's last unit to
@@ -948,18 +948,19 @@ class HopperGemm:
 
         Deterministic: every partial goes through the workspace and the last arriver adds them in split
         order 0, 1, ..., S-1, so the bits do not depend on which unit finishes last. Workspace layout
-        (runtime/scheduling.py mirrors it for `workspace_bytes`): one int32 arrival counter per tile
-        (`split_counter_words` of them, rounded up to 128 bytes), then the partials, unit by unit
-        (tile-major, then split), each as `[accumulator register][tile thread]` fp32 so that a warp's
-        stores and loads are coalesced. The last arriver resets its tile's counter to 0, so a workspace
-        stays ready for the next launch (it must be zero before its first use).
+        (runtime/scheduling.py sizes it for `workspace_bytes`): SPLIT_COUNTERS int32 arrival counters, one
+        per tile (a fixed block, so that no problem's partials land on another problem's counters), then
+        the partials, unit by unit (tile-major, then split), each as `[accumulator register][tile
+        thread]` fp32 so that a warp's stores and loads are coalesced. The last arriver resets its tile's
+        counter to 0, so a workspace stays ready for the next launch of any shape (it must be zero before
+        its first use).
         """
         is_last = cutlass.Boolean(True)
         if splits > 1:
             values = cute.size(accumulators)
             unit_words = values * self.tile_threads
             counters = cute.recast_ptr(workspace, dtype=Int32)
-            partials = workspace + ((total_tiles + 31) // 32) * 32 + tile_linear * splits * unit_words
+            partials = workspace + SPLIT_COUNTERS + tile_linear * splits * unit_words
             mine = partials + split * unit_words + tile_tidx
             for v in cutlass.range_constexpr(values):
                 cute.arch.store(mine + v * self.tile_threads, accumulators[v], cop="cg")

@@ -616,7 +616,7 @@ def test_split_k_sends_its_count_and_workspace_and_sizes_the_grid_by_units(ci, f
         tiles = scheduling.cluster_tiles(m, n, 1, *rec.spec.problem_tile, 1, 1)[2]
         splits = values["k_splits"]
         assert grid[0] == min(tiles * splits, 66)  # 66: the fake device's resident CTAs
-        want_bytes = 0 if splits == 1 else 4 * (32 * -(-tiles // 32) + tiles * splits * tile_m * tile_n)
+        want_bytes = 0 if splits == 1 else 4 * (4096 + tiles * splits * tile_m * tile_n)  # counters, partials
         assert runtime.workspace_bytes(iid, m, n, k, k_splits=k_splits) == want_bytes
     # The default split count comes from the problem alone: enough units for one H200 wave.
     assert values["k_splits"] == 40 and scheduling.default_k_splits(tiles, 40) == min(132 // tiles, 10)
@@ -631,15 +631,18 @@ def test_split_k_sends_its_count_and_workspace_and_sizes_the_grid_by_units(ci, f
         ({"k_splits": 3, "workspace": None}, r"needs a workspace of \d+ bytes but workspace is None"),
         ({"k_splits": 3, "workspace": W + 8}, r"pointer workspace=0x7f5000000008 is not a 16-byte aligned"),
         ({"k_splits": 3, "workspace": 0}, r"pointer workspace is null"),
+        # 4097 tiles: one more than the workspace's fixed block of arrival counters.
+        ({"k_splits": 2, "workspace": W, "n": 4097 * 64}, r"split-K takes at most 4096 tiles"),
     ],
 )
 def test_bad_split_k_input_raises_before_launching(ci, fake, kw, message):
     iid = _split(ci)
     fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
     k = 40 * ci.record(iid).spec.tile[2]
+    kw = {"n": 2048, **kw}
     for _ in range(2):  # also once the shape is cached
         with pytest.raises(runtime.InvalidArgumentError, match=message):
-            runtime.launch(iid, (A, B, D), 0, m=8, n=2048, k=k, **kw)
+            runtime.launch(iid, (A, B, D), 0, m=8, k=k, **kw)
         assert not fake.launches
         runtime.launch(iid, (A, B, D), 0, m=8, n=2048, k=k, k_splits=3, workspace=W)
         fake.launches.clear()
