@@ -522,6 +522,9 @@ class Runner:
     error: str | None = None
     graph: object = None
     graph_iters: int = 0
+    # Device memory the calls use beyond the buffer sets (a split-K workspace): held as long as the runner,
+    # since a captured graph keeps its address (and torch.cuda.graph empties the allocator's cache).
+    keep: object = None
 
     def eager(self, iters: int) -> None:
         calls, n, c = self.calls, len(self.calls), self.cursor
@@ -634,9 +637,10 @@ def bench_shape(
                 )
             )
         fast = bool(getattr(inst, "fp8_fast_accum", False))
-        runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls))
+        runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls, keep=workspace))
     if dispatch:
         runners += gemm_runners(hg, sets[Layout()], combo, stream)
+    stream.wait_stream(torch.cuda.current_stream())  # the workspaces' zeroing, on torch's current stream
     for r in runners:  # warm-up: module load, first-touch, clocks, cuBLAS workspaces; errors drop the runner
         try:
             r.eager(2)

@@ -68,6 +68,9 @@ GRID_M = (
 GRID_NK = ((1024, 1024), (2048, 2048), (4096, 4096), (16384, 16384))  # squares' columns
 GRID_NK += ((6144, 4096), (4096, 14336), (28672, 4096))  # hidden 4096, FFN 14336 (Llama-3-8B-like)
 GRID_NK += ((10240, 8192), (8192, 8192), (8192, 28672))  # hidden 8192, FFN 28672 (70B-like)
+# 70B-like gate/up (added 2026-12-01: without it, M <= 64 at N = 28672, K = 8192 was read off the 10240 x
+# 8192 column, where a 128 x 256 tile's single wave hid that it streams 2.8x the weights at 28672).
+GRID_NK += ((28672, 8192),)
 GRID_NK += ((16384, 2048), (2048, 8192))  # hidden 2048, FFN 8192 (1B-class): gate+up fused, down
 MAX_TFLOP = 2.5
 
@@ -210,6 +213,7 @@ def tune(args) -> int:
         for combo in combos
         for shape in grid()
         if (not args.m_max or shape.m <= args.m_max)
+        and shape.m >= args.m_min
         and not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in TUNED[combo])
     ]
     work = work[: args.limit] if args.limit else work
@@ -477,6 +481,7 @@ def parse_args(argv: list[str]):
     p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
     p.add_argument("--limit", type=int, default=0, help="tune: time at most this many points (a smoke run)")
     p.add_argument("--m-max", type=int, default=0, help="tune: only grid points with M <= this (0: all)")
+    p.add_argument("--m-min", type=int, default=0, help="tune: only grid points with M >= this")
     p.add_argument(
         "--retime", action="store_true", help="tune: time points again that the table already holds"
     )

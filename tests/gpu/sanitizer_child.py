@@ -65,6 +65,8 @@ def required_features(inst) -> set[tuple]:
         ("inputs", input_kind(inst)),  # 16-bit, fp8 promoted, fp8 fast
         ("D element bytes", inst.d_dtype.bytes),  # the epilogue's shared-memory staging width
         ("C", f"{inst.c_major}-major C" if inst.has_c else "no C"),  # the epilogue reads C (and how)
+        ("swap-AB", bool(getattr(inst, "swap_ab", False))),  # the transposed problem's descriptors
+        ("k split", str(getattr(inst, "k_split", "none"))),  # split-K: workspace partials and counters
     }
     if inst.has_c and (inst.c_dtype, inst.c_major) != (inst.d_dtype, inst.d_major):
         out.add(("C", "C unlike D (dtype or major)"))  # C staged apart from D
@@ -251,13 +253,19 @@ def run(shape: Shape, ids: list[str]) -> int:
         case = g.Case(
             "sanitizer", shape.m, shape.n, shape.k, batch=shape.batch, pad_ld=1, pad_batch=1, head=1
         )
+        overrides = {}
+        if getattr(inst, "k_split", "none") == "split":
+            # Split-K needs few tiles: decode-sized M, a K of 14 k-tiles (the last partial) in 3 splits
+            # that do not divide it, so units of one tile arrive in either order and the reduction runs.
+            case = g.Case("sanitizer_split", 40, 1000, 13 * inst.tile[2] + 8, batch=2, pad_ld=1, pad_batch=1)
+            overrides["k_splits"] = 3
         try:
             gen = torch.Generator(device=g.DEVICE).manual_seed(zlib.crc32(f"sanitizer-{iid}".encode()))
             p = g.make_problem(inst, case, gen)
             before = {name: g.bits(x).cpu() for name, x in g.snapshot(p).items()}
             torch.cuda.synchronize()  # everything set up and written before the launch under test
             _say("launch", iid, f"{p.case.m}x{p.case.n}x{p.case.k} batch {p.case.batch}")
-            g.launch(p)  # on torch's current stream, where the operands were written
+            g.launch(p, **overrides)  # on torch's current stream, where the operands were written
             torch.cuda.synchronize()
             rel = check_on_host(g, p, before, torch)
             _say("ok", iid, f"rel_err={rel:.3e}")

@@ -42,7 +42,7 @@ def test_split_counts(inst, k_splits, gen, report):
 
 @pytest.mark.parametrize("inst", SPLIT, ids=g._id)
 def test_split_k_is_deterministic_and_leaves_its_counters_at_zero(inst, gen):
-    case = _case(inst, m=64, n=4096)
+    case = g.fit(_case(inst, m=64, n=4096), inst)  # 16-byte contiguous extents, as make_problem has them
     p = g.make_problem(inst, case, gen)
     nbytes = hgemm_sm90.workspace_bytes(inst.id, case.m, case.n, case.k, k_splits=3)
     ws = torch.zeros(nbytes, dtype=torch.uint8, device="cuda")
