@@ -637,6 +637,9 @@ def fake_torch(fake: FakeDriver, calls: list) -> types.ModuleType:
         def synchronize(self):
             pass
 
+        def wait_stream(self, other):
+            self.waited = other
+
     class Event:
         def __init__(self, enable_timing):
             self.at = 0
@@ -660,6 +663,7 @@ def fake_torch(fake: FakeDriver, calls: list) -> types.ModuleType:
         Stream=Stream,
         Event=Event,
         stream=lambda s: contextlib.nullcontext(),
+        current_stream=lambda: "torch's current stream",
         _sleep=lambda cycles: None,
     )
     return torch
