@@ -28,7 +28,7 @@ from .stream import stream_handle
 Instance = GemmSpec  # what `instances()` lists: each shipped instance's spec; `.id` is its id
 
 _exact_ints, _overrides_canonical = problem.exact_ints, problem.overrides_canonical
-_pointers_ok, _scales_ok = problem.pointers_ok, problem.scales_ok
+_pointers_ok, _scales_ok, _workspace_ok = problem.pointers_ok, problem.scales_ok, problem.workspace_ok
 
 
 def instances() -> list[Instance]:
@@ -181,12 +181,10 @@ def launch(
         or not _exact_ints(m, n, k, batch)
         or not (pdl is False or pdl is True)
         or not (_pointers_ok(a, b, d, c) if e.has_c else _pointers_ok(a, b, d) and c is None and beta == 0.0)
+        # The common case (no workspace, none needed) decided inline: its first branch, without a call.
         or not (
-            workspace is None
-            and not e.workspace_bytes
-            or e.takes_workspace
-            and workspace is not None
-            and _pointers_ok(workspace, workspace, workspace)
+            (workspace is None and not e.workspace_bytes)
+            or _workspace_ok(e.takes_workspace, e.workspace_bytes, workspace)
         )
     ):
         e, a, b, d, c, alpha, beta = _first_call(

@@ -93,6 +93,14 @@ def pointers_ok(a, b, d, c=TMA_ALIGN) -> bool:
     )
 
 
+def workspace_ok(takes_workspace: bool, needed_bytes: int, workspace) -> bool:
+    """Whether `workspace` is acceptable for a launch: None where it needs none, else a pointer as
+    `pointers_ok` wants it, for a split-K instance (the only kind that takes one)."""
+    if workspace is None:
+        return not needed_bytes
+    return takes_workspace and pointers_ok(workspace, workspace, workspace)
+
+
 def scales_ok(alpha, beta=0.0) -> bool:
     """Whether the scales are floats that are finite in float32 (False for NaN too)."""
     return float is type(alpha) is type(beta) and -FLT_MAX <= alpha <= FLT_MAX and -FLT_MAX <= beta <= FLT_MAX
