@@ -500,3 +500,22 @@ def test_committed_groups_drop_only_for_known_reasons(committed):
             continue
         assert g.specs, name
         assert all(d.rule == "acc_registers" or d.excluded for d in g.dropped), name
+
+
+def test_every_shipped_split_k_instance_fits_gemms_workspace_at_its_default_split(committed):
+    """gemm() owns one workspace of runtime/workspace.CAPACITY bytes per stream and falls back to one split
+    where a launch needs more: at the default split count (at most one wave of 132 units) no shipped
+    split-K instance may need more, for any problem."""
+    from runtime import scheduling, workspace
+
+    split = [s for s in committed.expand("default").specs if s.k_split == "split"]
+    assert split
+    for spec in split:
+        tile_m, tile_n, tile_k = spec.tile
+        worst = 0
+        for tiles in range(1, scheduling.SPLIT_TARGET_UNITS + 1):
+            for k_tile_count in (1, 4, 63, 64, 10_000):
+                splits = scheduling.default_k_splits(tiles, k_tile_count)
+                assert tiles * splits <= max(tiles, scheduling.SPLIT_TARGET_UNITS)
+                worst = max(worst, scheduling.split_workspace_bytes(tiles, splits, tile_m, tile_n))
+        assert worst <= workspace.CAPACITY, (spec.id, worst)
