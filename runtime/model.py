@@ -7,7 +7,8 @@ class, so only differences between instances matter; absolute numbers are rough.
 
 - tiles: ceil(M / tile_m) x ceil(N / tile_n) x batch, padded up to whole clusters (the idle CTAs of a
   partial cluster still occupy SMs);
-- waves: tiles over the resident CTAs (the SM count rounded down to whole clusters): wave quantization,
+- waves: tiles over the resident CTAs (the SM count rounded down to whole clusters, and for 4-CTA
+  clusters fewer: a cluster must fit in one GPC, `CLUSTER_RESIDENT_FRACTION`): wave quantization,
   the biggest single effect (a problem of 133 tiles on 132 SMs takes two waves);
 - per tile, the k-loop: ceil(K / tile_k) steps, each limited by the tensor cores (the tile family's
   sustained fraction of peak, `TILE_EFFICIENCY`) or by loading the A and B tiles into shared memory
@@ -53,6 +54,11 @@ TILE_EFFICIENCY = {
     (64, 32): 0.40,
 }
 DEFAULT_EFFICIENCY = 0.6
+# Share of the SMs that clusters of this many CTAs can occupy at once (one CTA per SM). Measured on the
+# H200 tuning table (2026-12-01): 2x2-cluster instances ran 96 output tiles in one wave (time 1.00-1.08x
+# their 2x1 twin's) but 128 tiles in two (1.3-2.0x, 90 points), so fewer than 128 of the 132 SMs hold
+# 4-CTA clusters at once; 120 (30 clusters) is assumed. Clusters of 1 and 2 CTAs fill every SM.
+CLUSTER_RESIDENT_FRACTION = {4: 120 / 132}
 
 
 def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int) -> float:
@@ -70,7 +76,8 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     if spec.k_split == KSplit.split:
         splits = scheduling.default_k_splits(tiles, steps)
     tiles *= splits  # work units
-    resident = max(cluster, sm_count // cluster * cluster)
+    usable = int(sm_count * CLUSTER_RESIDENT_FRACTION.get(cluster, 1.0))
+    resident = max(cluster, usable // cluster * cluster)
     waves = math.ceil(tiles / resident)
     active = min(tiles, resident)
 

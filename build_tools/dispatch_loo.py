@@ -1,0 +1,99 @@
+"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N]`: how well dispatch's lookup
+predicts the fastest instance on (N, K) columns it has not seen, judged on a measured tuning table. No GPU.
+
+Leave-one-column-out: for each problem class and each (N, K) column of the table, the column is removed
+and every one of its grid points is looked up in the rest (runtime/tuning.py `TuningTable.lookup`: nearest
+columns, log-M bracketing, the cost model's scaling, runtime/model.py), choosing among the instances the
+point measured. A point scores (fastest measured time) / (measured time of the pick): 1.0 is a perfect
+pick. Reported per class: the geomean and minimum over all points, and the worst columns. This is the
+offline judge for changes to the lookup or the cost model (docs/DISPATCH.md); the GPU judge remains
+`python -m build_tools.tune evaluate` on held-out shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.tuning import TuningTable, shipped_path
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    """The part of `runtime.gpus.GpuId` a lookup reads."""
+
+    key: str
+    sm_count: int
+
+
+@dataclass(frozen=True)
+class PointScore:
+    m: int
+    n: int
+    k: int
+    score: float  # fastest measured / measured time of the lookup's pick
+    picked: str
+    fastest: str
+
+
+def column_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
+    """Every grid point of class `cls` scored with its own column left out of the table."""
+    points = doc["gpus"][gpu_key]["classes"][cls]
+    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
+    out = []
+    for column in sorted({(p["n"], p["k"]) for p in points}):
+        rest = dict(
+            doc, gpus={gpu_key: {"classes": {cls: [p for p in points if (p["n"], p["k"]) != column]}}}
+        )
+        table = TuningTable.from_json(rest)
+        for p in (p for p in points if (p["n"], p["k"]) == column):
+            times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
+            pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
+            fastest = min(times, key=times.get)
+            picked = pick.instance_id if pick else fastest
+            got = times.get(picked, max(times.values()))
+            out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
+    return out
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def report(doc: dict, classes: list[str] | None = None, worst: int = 3) -> dict[str, float]:
+    """Print one line per (GPU, class) and the `worst` points; returns {class: geomean score}."""
+    out = {}
+    for gpu_key, entry in sorted(doc["gpus"].items()):
+        for cls in sorted(entry["classes"]):
+            if classes and cls not in classes:
+                continue
+            scores = column_scores(doc, gpu_key, cls)
+            out[cls] = g = geomean(s.score for s in scores)
+            low = min(s.score for s in scores)
+            print(f"{gpu_key} {cls}: {len(scores)} points, geomean {g:.3f}, min {low:.3f}")
+            for s in sorted(scores, key=lambda s: s.score)[:worst]:
+                print(f"    {s.score:.3f} at {s.m}x{s.n}x{s.k}: picked {s.picked}, fastest {s.fastest}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m build_tools.dispatch_loo", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "--table", type=Path, default=Path(shipped_path()), help="a tuning table (default: the shipped one)"
+    )
+    ap.add_argument("--cls", action="append", help="only this class key (repeatable)")
+    ap.add_argument("--worst", type=int, default=3, help="worst points listed per class")
+    args = ap.parse_args(argv)
+    report(json.loads(args.table.read_text()), args.cls, args.worst)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
