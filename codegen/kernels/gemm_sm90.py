@@ -21,6 +21,9 @@ Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
 - `setmaxnreg` moves registers from the producer warpgroup to the consumers (the split comes from
   codegen/validity.py's register plan).
 - Persistent: a grid of at most `max_active_clusters` clusters walks all output tiles (tile_scheduler.py).
+- Split-K (`KernelConfig.k_split`): the walk is over work units, `k_splits` per tile, each a contiguous
+  range of the tile's k-tiles; the tile's last unit to finish sums the fp32 partials from a workspace in a
+  fixed order and stores the tile (`HopperGemm._reduce_splits`; docs/KERNEL.md).
 - Programmatic dependent launch: the producer waits for the previous grid (griddepcontrol.wait) before
   its first load; consumers signal dependents when done. Both are no-ops unless the launch opts in.
 
