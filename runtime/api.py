@@ -187,37 +187,39 @@ def launch(
             or _workspace_ok(e.takes_workspace, e.workspace_bytes, workspace)
         )
     ):
-        e, a, b, d, c, alpha, beta = _first_call(
-            rt,
-            instance_id,
-            ptrs,
-            stream,
-            m,
-            n,
-            k,
-            batch,
-            lda,
-            ldb,
-            ldd,
-            ldc,
-            batch_stride_a,
-            batch_stride_b,
-            batch_stride_d,
-            batch_stride_c,
-            raster_along_m,
-            group_size,
-            k_splits,
-            workspace,
-            c,
-            alpha,
-            beta,
-            pdl,
-        )
+        e = None  # the first-call path (in the loop) validates, converts or refuses
     elif not (_scales_ok(alpha, beta) if e.has_c else _scales_ok(alpha)):  # e.g. ints: converted or refused
         alpha = problem.scale(e.instance, "alpha", alpha)
         if e.has_c:
             beta = problem.scale(e.instance, "beta", beta)
     for attempt in (0, 1):  # a second attempt only after a refusal that fresh stream facts may fix
+        if e is None:
+            e, a, b, d, c, alpha, beta = _first_call(
+                rt,
+                instance_id,
+                ptrs,
+                stream,
+                m,
+                n,
+                k,
+                batch,
+                lda,
+                ldb,
+                ldd,
+                ldc,
+                batch_stride_a,
+                batch_stride_b,
+                batch_stride_d,
+                batch_stride_c,
+                raster_along_m,
+                group_size,
+                k_splits,
+                workspace,
+                c,
+                alpha,
+                beta,
+                pdl,
+            )
         e.check_overlap(e.instance, a, b, d, c)
         if rt.check_pointers:
             _check_devices(rt, e, a, b, d, c, workspace)
@@ -232,35 +234,8 @@ def launch(
         err = e.launch(e.config, e.function, params, 0)[0]
         if not err:
             return
-        e, a, b, d, c, alpha, beta = _refused(
-            rt,
-            e,
-            err,
-            attempt,
-            instance_id,
-            ptrs,
-            stream,
-            m,
-            n,
-            k,
-            batch,
-            lda,
-            ldb,
-            ldd,
-            ldc,
-            batch_stride_a,
-            batch_stride_b,
-            batch_stride_d,
-            batch_stride_c,
-            raster_along_m,
-            group_size,
-            k_splits,
-            workspace,
-            c,
-            alpha,
-            beta,
-            pdl,
-        )
+        _refused(rt, e, err, attempt)  # raises, or forgets the stream's stale facts
+        e = None
 
 
 def _first_call(
@@ -359,16 +334,16 @@ def _check_devices(rt, e, a, b, d, c, workspace=None) -> None:
             rt.devices.check_pointer(ptr, e.device, operand, e.instance, allow_peer=allow_peer)
 
 
-def _refused(rt, e, err, attempt, instance_id, ptrs, stream, *args):
-    """After a refused launch (which enqueued nothing): what to launch instead, or the error.
+def _refused(rt, e, err, attempt) -> None:
+    """After a refused launch (which enqueued nothing): raise the error, or forget the stream's cached
+    facts so that `launch` prepares it again.
 
     Non-default streams' contexts are cached (asking the driver per launch, cuStreamGetCtx, costs a round
     trip). If a stream was destroyed and its handle reused by a stream of another context, the cached
     function belongs to the wrong context and the driver refuses it with INVALID_HANDLE / INVALID_CONTEXT
-    / CONTEXT_IS_DESTROYED. Then drop what is cached about the stream and prepare the launch again with
-    fresh facts, once; any other error, or a second refusal, is raised."""
+    / CONTEXT_IS_DESTROYED. Then drop what is cached about the stream, so that the launch is prepared
+    again with fresh facts, once; any other error, or a second refusal, is raised."""
     error = launch_error(err, e.instance)
     if attempt or error.result not in STALE_RESULTS or e.stream < 3:
         raise error
     rt.forget_stream(e.stream)
-    return _first_call(rt, instance_id, ptrs, stream, *args)
