@@ -85,6 +85,10 @@ def _split_choices():
 @pytest.mark.skipif(not SPLIT, reason="this installation ships no split-K instance")
 def test_gemm_runs_the_split_k_choices_eagerly_and_in_a_graph(gen, report):
     choices = _split_choices()
+    if not choices and "H200" not in torch.cuda.get_device_name():
+        pytest.skip(
+            "no split-K choice on this GPU: the shipped tuning table (which picks them) is the H200's"
+        )
     assert choices, "dispatch never picks a split-K instance on the decode shapes: check runtime/tuning.json"
     for m, n, k, iid in choices:
         inst = next(i for i in SPLIT if i.id == iid)
