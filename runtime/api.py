@@ -48,6 +48,7 @@ def workspace_bytes(
     iid = plan.record.id
     size = problem.size
     key = (size("m", m, iid), size("n", n, iid), size("k", k, iid), size("batch", batch, iid))
+    # The canonical shape key (LaunchPlan.shape): packed strides and the default walk, then k_splits.
     key += (None,) * 10 + (problem.k_splits(iid, k_splits),)
     return plan.shape(key).workspace_bytes
 

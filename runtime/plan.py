@@ -37,14 +37,14 @@ _WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4, "workspace": 8}
 
 class Shape:
     """One validated problem shape: `chunks` (the parameter image's constant bytes between the per-launch
-    values), `total` (work units over all batches: cluster tiles, times `splits` under split-K),
+    values), `total` (work units over all batches: cluster tiles, times the split count under split-K),
     `workspace_bytes` (what a split-K launch needs, 0 otherwise) and `footprints` (runtime/overlap.py)."""
 
-    __slots__ = ("chunks", "total", "splits", "workspace_bytes", "footprints")
+    __slots__ = ("chunks", "total", "workspace_bytes", "footprints")
 
-    def __init__(self, chunks, total: int, splits: int, workspace_bytes: int, footprints: overlap.Footprints):
+    def __init__(self, chunks, total: int, workspace_bytes: int, footprints: overlap.Footprints):
         self.chunks, self.total, self.footprints = chunks, total, footprints
-        self.splits, self.workspace_bytes = splits, workspace_bytes
+        self.workspace_bytes = workspace_bytes
 
 
 class LaunchEntry:
@@ -180,9 +180,7 @@ class LaunchPlan:
             chunks.append(image[end:start])
             end = stop
         chunks.append(image[end:])
-        shape = Shape(
-            tuple(chunks), total * splits, splits, workspace_bytes, overlap.Footprints(self.ops, values)
-        )
+        shape = Shape(tuple(chunks), total * splits, workspace_bytes, overlap.Footprints(self.ops, values))
         if len(self.shapes) >= _CACHED_PER_INSTANCE:
             self.shapes.clear()
         self.shapes[key] = shape
@@ -240,10 +238,16 @@ class LaunchPlan:
 
     # ---- errors that name the shipped alternatives --------------------------------------------------
     def not_split(self, what: str) -> InvalidArgumentError:
-        # Split-K instances that compute the same problems (same dtypes, layouts, accumulation).
-        same = lambda s: replace(s, tile=(64, 64, 64), cluster=(1, 1), schedule="cooperative", swap_ab=False)  # noqa: E731
-        mine = same(replace(self.record.spec, k_split=KSplit.split))
-        others = sorted(iid for iid, rec in self.catalog.instances.items() if same(rec.spec) == mine)
+        # Split-K instances of this instance's problem class (dispatch's definition: the same dtypes,
+        # layouts and accumulation). Imported here: dispatch imports the runtime state, which imports this.
+        from .dispatch import ProblemClass
+
+        mine = ProblemClass.of(self.record.spec)
+        others = sorted(
+            iid
+            for iid, rec in self.catalog.instances.items()
+            if rec.spec.k_split == KSplit.split and ProblemClass.of(rec.spec) == mine
+        )
         return InvalidArgumentError(
             f"{what} given, but this instance does not split K (it has no workspace)",
             "drop it" + (f", or use a split-K instance: {', '.join(others)}" if others else ""),
