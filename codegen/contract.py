@@ -39,7 +39,7 @@ from runtime.contract import (
     Param,
     TensorMapRecipe,
 )
-from runtime.spec import EXTENTS, OPERAND_EXTENTS, STRIDES, GemmSpec, batch_stride_name, ld_name
+from runtime.spec import EXTENTS, OPERAND_EXTENTS, STRIDES, GemmSpec, Varlen, batch_stride_name, ld_name
 
 from .cubin_info import CubinInfo
 from .dsl import CompiledInstance, host_pointers, host_scalars
@@ -75,6 +75,7 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             "n": 2056,
             "k": 776,
             "l": 3,
+            "g": 9,
             "raster_along_m": 1,
             "group_size": 5,
             "max_active_clusters": 7,
@@ -84,6 +85,7 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             "n": 1032,
             "k": 264,
             "l": 2,
+            "g": 10,
             "raster_along_m": 0,
             "group_size": 3,
             "max_active_clusters": 11,
@@ -105,6 +107,7 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             ld = -(-v[contiguous] // align) * align + align * (3 + 2 * i + 7 * p)  # padded, aligned
             v[ld_name(op)] = ld
             v[batch_stride_name(op)] = v[other] * ld + 64 * (1 + i + 3 * p)
+            # Addresses 16-byte aligned and, as int64 values, distinct from every stride.
             v[op] = 0x7F00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x1000 * (i + 2)
         v["stream"] = 0x5117 + p
         ints = [x for x in v.values() if x not in (0, 1)]  # raster_along_m is a 0/1 flag in both probes
@@ -128,7 +131,7 @@ def host_args(spec: GemmSpec, probe) -> list:
         args.append(
             tensor_struct(
                 probe[op],
-                (probe[rows], probe[cols], probe["l"]),
+                (probe[rows], probe[cols], probe[spec.batch_extent(op)]),
                 (probe[ld_name(op)], probe[batch_stride_name(op)]),
             )
         )
@@ -226,9 +229,69 @@ def _word_param(
     # `operand` is informational (the runtime fills extents by `dims`). D and C share their extents (M, N,
     # L); the DSL passes each descriptor followed by its coordinate tensor, so the preceding descriptor's
     # operand breaks the tie.
-    owners = [op for op in spec.operands if set(dims) == {*OPERAND_EXTENTS[op], "l"}]
+    owners = [op for op in spec.operands if set(dims) == {*OPERAND_EXTENTS[op], spec.batch_extent(op)}]
     operand = last_operand if last_operand in owners else (owners[0] if owners else "problem")
     return Param("shape", offset, size, operand=operand, dims=dims)
+
+
+def _tensor_param(spec: GemmSpec, raw: list[bytes], probes, where: str, offset: int) -> Param:
+    """A global tensor passed whole (a grouped instance's D): `{void *data; int32 extents[r]; int64
+    strides[s]}` (8-byte aligned strides). The address names the operand; r and s are the split of the
+    bytes under which every extent and stride matches a name; the re-packed bytes must equal the DSL's."""
+    size = len(raw[0])
+    addresses = [int.from_bytes(r[:8], "little") for r in raw]
+    operand = _unique([_match(a, spec.operands, p) for a, p in zip(addresses, probes)], where)
+    for extents in range(1, 6):
+        strides_at = -(-(8 + 4 * extents) // 8) * 8
+        if (size - strides_at) % 8 or size < strides_at:
+            continue
+        count = (size - strides_at) // 8
+        try:
+            dims = tuple(
+                _unique(
+                    [
+                        _match(struct.unpack_from("<i", r, 8 + 4 * i)[0], EXTENTS, p)
+                        for r, p in zip(raw, probes)
+                    ],
+                    f"{where} extent {i}",
+                )
+                for i in range(extents)
+            )
+            strides = tuple(
+                _unique(
+                    [
+                        _match(struct.unpack_from("<q", r, strides_at + 8 * i)[0], STRIDES, p)
+                        for r, p in zip(raw, probes)
+                    ],
+                    f"{where} stride {i}",
+                )
+                for i in range(count)
+            )
+        except ContractError:
+            continue
+        param = Param("tensor", offset, size, operand=operand, dims=dims, strides=strides)
+        # The padding between the int32 extents and the 8-byte aligned strides is left as the host code's
+        # stack had it (the kernel never reads it): compare the meaningful bytes.
+        pad = slice(8 + 4 * extents, strides_at)
+        for r, p in zip(raw, probes):
+            mine, theirs = bytearray(pack_tensor(param, p.values)), bytearray(r)
+            mine[pad] = theirs[pad] = b"\0" * (strides_at - 8 - 4 * extents)
+            if mine != theirs:
+                raise ContractError(
+                    f"{where}: re-packing the captured tensor does not reproduce the DSL's bytes"
+                )
+        return param
+    raise ContractError(f"{where}: no split into int32 extents and int64 strides explains these bytes")
+
+
+def pack_tensor(param: Param, values: dict) -> bytes:
+    """A "tensor" parameter's bytes for named problem values (runtime/args.py writes the same)."""
+    extents_at, strides_at, size = param.tensor_layout()
+    out = bytearray(size)
+    struct.pack_into("<Q", out, 0, values[param.operand])
+    struct.pack_into(f"<{len(param.dims)}i", out, extents_at, *(values[n] for n in param.dims))
+    struct.pack_into(f"<{len(param.strides)}q", out, strides_at, *(values[n] for n in param.strides))
+    return bytes(out)
 
 
 def capture_contract(
@@ -259,6 +322,8 @@ def capture_contract(
             rec = Param("pointer", p.offset, p.size, name=name)
         elif p.size % 4 == 0 and p.size <= 16:
             rec = _word_param(spec, raw, probes, where, p.offset, last_operand)
+        elif p.size % 8 == 0 and p.size > 16:
+            rec = _tensor_param(spec, raw, probes, where, p.offset)
         elif p.size == 1:
             rec = Param("opaque", p.offset, p.size)  # an empty struct: compile-time data only
         else:
@@ -266,8 +331,11 @@ def capture_contract(
         records.append(rec)
 
     cm, cn = spec.cluster
+    grouped = spec.varlen == Varlen.m
     for launch, p in zip(launches, probes):
         _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], *spec.problem_tile, cm, cn)
+        if grouped:
+            total = scheduling.grouped_cluster_tiles(p["m"], p["n"], p["g"], *spec.problem_tile, cm, cn)
         if "k_splits" in p.values:
             total *= scheduling.effective_splits(p["k_splits"], scheduling.k_tiles(p["k"], spec.tile[2]))
         want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)
@@ -288,7 +356,7 @@ def capture_contract(
         block=tuple(launches[0].block),
         cluster=(cm, cn, 1),
         smem_bytes=launches[0].smem_bytes,
-        grid_rule="persistent_clusters",
+        grid_rule="grouped_clusters" if grouped else "persistent_clusters",
         params=tuple(records),
         param_bytes=max(p.offset + p.size for p in params),
         min_driver_version=info.min_driver_version,

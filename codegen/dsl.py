@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.spec import DType, GemmSpec, KSplit, Schedule
+from runtime.spec import DType, GemmSpec, KSplit, Schedule, Varlen
 
 
 def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
@@ -42,8 +42,16 @@ def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
 
 def host_pointers(spec: GemmSpec) -> tuple[str, ...]:
     """The host entry's raw device-pointer arguments after the scalars, in order (before the stream):
-    split-K instances take their fp32 workspace."""
-    return ("workspace",) if spec.k_split == KSplit.split else ()
+    split-K instances take their fp32 workspace, grouped (varlen M) instances their int32 row offsets."""
+    if spec.k_split == KSplit.split:
+        return ("workspace",)
+    if spec.varlen == Varlen.m:
+        return ("cu_seqlens_m",)
+    return ()
+
+
+# Each raw pointer's element type (a DSL type name) and the byte alignment the runtime guarantees for it.
+POINTER_TYPES = {"workspace": ("Float32", 16), "cu_seqlens_m": ("Int32", 4)}
 
 
 def configure_environment(dump_dir: str | os.PathLike) -> None:
@@ -92,6 +100,7 @@ def kernel_config(spec: GemmSpec):
         # k-tile's result into the fp32 tile accumulator (the seed's slow path), through 1 or 2 buffers.
         k_acc_buffers=regs.k_acc_buffers,
         k_split=spec.k_split == KSplit.split,
+        varlen_m=spec.varlen == Varlen.m,
     )
 
 
@@ -99,21 +108,23 @@ def _fake_operands(spec: GemmSpec):
     """Symbolic tensors describing the runtime's view of A, B, D (and C), in `GemmSpec.operands` order:
     extents are int32 (the runtime rejects larger), strides int64 with the 16-byte divisibility TMA requires
     (the runtime checks it before launch: SymInt divisibility is a hard contract to the compiler). C is laid
-    out like D (M x N x L) with its own dtype, major and strides."""
+    out like D (M x N x L) with its own dtype, major and strides. A grouped (varlen M) instance's B has one
+    matrix per group: its batch extent is the group count G, not L (A and D hold all groups' rows in one
+    batch; L is 1 at run time)."""
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
 
-    m, n, k, l = (cute.sym_int32(symbol=s) for s in "MNKL")
+    m, n, k, l, g = (cute.sym_int32(symbol=s) for s in "MNKLG")
 
-    def operand(dtype: DType, rows, cols, major_is_rows: bool, name: str):
+    def operand(dtype: DType, rows, cols, major_is_rows: bool, name: str, batches=l):
         align = 16 * 8 // dtype.bits
         ld = cute.sym_int64(divisibility=align, symbol=f"ld{name}")
         batch = cute.sym_int64(divisibility=align, symbol=f"batch_stride_{name}")
         stride = (1, ld, batch) if major_is_rows else (ld, 1, batch)
-        return make_fake_tensor(cutlass_dtype(dtype), (rows, cols, l), stride, assumed_align=16)
+        return make_fake_tensor(cutlass_dtype(dtype), (rows, cols, batches), stride, assumed_align=16)
 
     a = operand(spec.a_dtype, m, k, spec.a_major == "m", "a")
-    b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b")
+    b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b", g if spec.varlen == Varlen.m else l)
     d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d")
     if not spec.has_c:
         return a, b, d
@@ -149,10 +160,11 @@ def compile_instance(spec: GemmSpec, out_dir: Path) -> CompiledInstance:
     # Placeholder values: the scalars are runtime arguments, only their DSL types shape the compile.
     dsl_type = {"f32": cutlass.Float32, "i32": cutlass.Int32}
     scalars = [dsl_type[kind](1) for _, kind in host_scalars(spec)]
-    # The workspace: fp32, 16-byte aligned (the runtime checks it), address given at launch.
-    pointers = [
-        make_ptr(cutlass.Float32, 16, cute.AddressSpace.gmem, assumed_align=16) for _ in host_pointers(spec)
-    ]
+    # Raw device pointers (the split-K workspace, grouped row offsets): address given at launch.
+    pointers = []
+    for name in host_pointers(spec):
+        dtype, align = POINTER_TYPES[name]
+        pointers.append(make_ptr(getattr(cutlass, dtype), 16, cute.AddressSpace.gmem, assumed_align=align))
     t0 = time.perf_counter()
     compiled = cute.compile(gemm, *tensors, *scalars, *pointers, make_fake_stream())
     seconds = time.perf_counter() - t0

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from runtime.spec import AMajor, BMajor, DType, GemmSpec, KSplit, Schedule, mma_k
+from runtime.spec import AMajor, BMajor, DMajor, DType, GemmSpec, KSplit, Schedule, Varlen, mma_k
 
 Rule = Callable[[GemmSpec], "str | None"]
 RULES: list[tuple[str, Rule]] = []
@@ -455,4 +455,26 @@ def k_split(s: GemmSpec) -> str | None:
         )
     if s.has_c:
         return "k_split split with a C operand: split-K instances compute D = alpha * A @ B^T; drop c_dtype"
+    return None
+
+
+@_instance_rule
+def varlen(s: GemmSpec) -> str | None:
+    # Grouped GEMM (varlen M): each tile belongs to one group; A's rows are read with the whole-tensor TMA
+    # descriptor at the group's row offset (rows past the group's end are loaded but never stored), and D
+    # is copied from the staging buffers to global memory with a row bound per group. Built for row-major
+    # A and D (the layout of concatenated tokens), the plain epilogue, and one tile's K loop per CTA visit.
+    if s.varlen != Varlen.m:
+        return None
+    if s.a_major != AMajor.k or s.d_major != DMajor.n:
+        return (
+            f"varlen m with majors {s.a_major}{s.b_major}{s.d_major}: grouped instances take row-major "
+            "A and D (tokens concatenated by rows); use a_major k and d_major n"
+        )
+    if s.swap_ab:
+        return "varlen m with swap_ab: a grouped instance walks each group's row tiles itself; drop swap_ab"
+    if s.k_split != KSplit.none:
+        return "varlen m with k_split split: grouped instances do not split K; use k_split none"
+    if s.has_c:
+        return "varlen m with a C operand: grouped instances compute D = alpha * A @ B^T; drop c_dtype"
     return None

@@ -23,7 +23,9 @@ from .errors import (
 
 __all__ = [
     "gemm",
+    "grouped_gemm",
     "select",
+    "select_grouped",
     "Choice",
     "Instance",
     "instances",
@@ -51,7 +53,9 @@ _API = {
     "launch": "api",
     "workspace_bytes": "api",
     "gemm": "array_gemm",
+    "grouped_gemm": "grouped_gemm",
     "select": "dispatch",
+    "select_grouped": "dispatch",
     "Choice": "dispatch",
 }
 

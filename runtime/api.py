@@ -29,6 +29,7 @@ Instance = GemmSpec  # what `instances()` lists: each shipped instance's spec; `
 
 _exact_ints, _overrides_canonical = problem.exact_ints, problem.overrides_canonical
 _pointers_ok, _scales_ok, _workspace_ok = problem.pointers_ok, problem.scales_ok, problem.workspace_ok
+_offsets_ok = problem.offsets_ok
 
 
 def instances() -> list[Instance]:
@@ -49,7 +50,7 @@ def workspace_bytes(
     size = problem.size
     key = (size("m", m, iid), size("n", n, iid), size("k", k, iid), size("batch", batch, iid))
     # The canonical shape key (LaunchPlan.shape): packed strides and the default walk, then k_splits.
-    key += (None,) * 10 + (problem.k_splits(iid, k_splits),)
+    key += (None,) * 10 + (problem.k_splits(iid, k_splits), None)
     return plan.shape(key).workspace_bytes
 
 
@@ -78,6 +79,8 @@ def launch(
     group_size: int | None = None,
     k_splits: int | None = None,
     workspace: int | None = None,
+    cu_seqlens_m: int | None = None,
+    num_groups: int | None = None,
 ) -> None:
     """Enqueue D = alpha * A @ B^T + beta * C (per batch) with kernel instance `instance_id` on `stream`.
 
@@ -111,6 +114,14 @@ def launch(
     k, batch, k_splits=...)` bytes, zeroed before its first use (the kernel leaves it zeroed again), used
     by one launch at a time (one workspace per stream). Other instances take neither argument.
 
+    Grouped instances (`varlen` "m", id suffix `_varlenm`; a mixture-of-experts layer in one launch):
+    A is m x k with the rows of `num_groups` groups one after another, B holds num_groups n x k matrices
+    (`batch_stride_b` apart), D is m x n; `cu_seqlens_m` is the device address of int32[num_groups + 1]
+    row offsets (0 = s_0 <= s_1 <= ... <= s_G <= m), and group g computes D[s_g:s_g+1] = alpha *
+    A[s_g:s_g+1] @ B[g]^T. The offsets are read by the kernel only (no synchronization; a CUDA graph
+    replays with whatever they hold then); groups may be empty or of any size. Rows of D outside [0, s_G)
+    are not written, and the kernel clamps malformed offsets into [0, m]. batch stays 1.
+
     Returns once the launch is enqueued; raises an `HgemmError` subclass, before launching anything, for
     an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
     """
@@ -135,7 +146,11 @@ def launch(
             is k_splits
             is None
         ):
-            e = entries[(m, n, k, batch, s, ctx, pdl)]
+            e = entries[
+                (m, n, k, batch, s, ctx, pdl)
+                if num_groups is None
+                else (m, n, k, batch, s, ctx, pdl, num_groups)
+            ]
         elif _overrides_canonical(
             lda,
             ldb,
@@ -169,6 +184,7 @@ def launch(
                     raster_along_m,
                     group_size,
                     k_splits,
+                    num_groups,
                 )
             ]
         else:
@@ -187,6 +203,7 @@ def launch(
             (workspace is None and not e.workspace_bytes)
             or _workspace_ok(e.takes_workspace, e.workspace_bytes, workspace)
         )
+        or not (cu_seqlens_m is None if not e.grouped else _offsets_ok(cu_seqlens_m))
     ):
         e = None  # the first-call path (in the loop) validates, converts or refuses
     elif not (_scales_ok(alpha, beta) if e.has_c else _scales_ok(alpha)):  # e.g. ints: converted or refused
@@ -195,7 +212,7 @@ def launch(
             beta = problem.scale(e.instance, "beta", beta)
     for attempt in (0, 1):  # a second attempt only after a refusal that fresh stream facts may fix
         if e is None:
-            e, a, b, d, c, alpha, beta = _first_call(
+            e, a, b, d, c, alpha, beta, cu_seqlens_m = _first_call(
                 rt,
                 instance_id,
                 ptrs,
@@ -220,6 +237,8 @@ def launch(
                 alpha,
                 beta,
                 pdl,
+                cu_seqlens_m,
+                num_groups,
             )
         e.check_overlap(e.instance, a, b, d, c)
         if rt.check_pointers:
@@ -230,6 +249,8 @@ def launch(
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], c, ch[4], alpha, ch[5], beta, ch[6])
         elif e.takes_workspace:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], workspace or 0, ch[5])
+        elif e.grouped:
+            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], cu_seqlens_m, ch[5])
         else:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4])
         err = e.launch(e.config, e.function, params, 0)[0]
@@ -264,6 +285,8 @@ def _first_call(
     alpha,
     beta,
     pdl,
+    cu_seqlens_m=None,
+    num_groups=None,
 ):
     """Validate everything with the explaining functions of runtime/problem.py, in argument order, and
     build (or find) the launch entry: (entry, a, b, d, c, alpha, beta), values canonical."""
@@ -287,6 +310,7 @@ def _first_call(
         problem.raster(iid, raster),
         problem.group(iid, group),
         problem.k_splits(iid, splits),
+        num_groups,
     )
     shape = plan.shape(key)
     a, b, d = problem.pointers(iid, ptrs)
@@ -296,6 +320,20 @@ def _first_call(
         workspace = problem.pointer(iid, "workspace", workspace)
     elif shape.workspace_bytes:
         raise plan.workspace_missing(shape.workspace_bytes)
+    if plan.grouped:
+        if cu_seqlens_m is None:
+            raise InvalidArgumentError(
+                "this grouped instance needs the groups' row offsets, but cu_seqlens_m is None",
+                "pass cu_seqlens_m=<device address of int32[num_groups + 1] row offsets, 4-byte aligned>",
+                iid,
+            )
+        cu_seqlens_m = problem.offsets_pointer(iid, cu_seqlens_m)
+    elif cu_seqlens_m is not None:
+        raise InvalidArgumentError(
+            "cu_seqlens_m given, but this instance is not grouped",
+            "drop cu_seqlens_m (and num_groups), or use a grouped instance (id suffix _varlenm)",
+            iid,
+        )
     if plan.has_c:
         if c is None:
             raise plan.c_missing()
@@ -321,10 +359,12 @@ def _first_call(
     loaded = rt.kernels.get(ctx, iid)  # device and driver checks, once per context
     rt.decide_pointer_checks()
     full = (*key[:4], s, s < 3 and ctx, pdl)
-    if any(v is not None for v in key[4:]):  # the key form `launch` looks up: short when all are omitted
+    if any(v is not None for v in key[4:15]):  # the key form `launch` looks up: short when all are omitted
         full += key[4:]
+    elif num_groups is not None:  # grouped, the short form: the group count last
+        full += (num_groups,)
     e = plan.entry(full, shape, loaded, s, pdl, rt.cu)
-    return e, a, b, d, c, alpha, beta
+    return e, a, b, d, c, alpha, beta, cu_seqlens_m
 
 
 def _check_devices(rt, e, a, b, d, c, workspace=None) -> None:

@@ -30,9 +30,14 @@ class ParamPacker:
         self.param_bytes = record.param_bytes
         self._templates: dict[tuple, bytes] = {}
         self._lock = threading.Lock()
-        descs, words, self._scalars = [], [], {}
+        descs, words, self._scalars, self._tensors = [], [], {}, {}
         for p in record.params:
-            if p.kind == "tensormap":
+            if p.kind == "tensor":  # a global tensor passed whole: address, int32 extents, int64 strides
+                extents_at, strides_at, _ = p.tensor_layout()
+                words.append((p.offset + extents_at, f"<{len(p.dims)}i", tuple(p.dims)))
+                words.append((p.offset + strides_at, f"<{len(p.strides)}q", tuple(p.strides)))
+                self._tensors[p.operand] = p.offset
+            elif p.kind == "tensormap":
                 r = p.tensormap
                 descs.append((p.offset, p.offset, r, r.operand, r.dims, r.strides, r.dtype.bytes))
             elif p.kind == "shape":
@@ -46,9 +51,9 @@ class ParamPacker:
         self._words = tuple(words)  # (offset, struct format, value names)
 
     def address_offsets(self) -> dict[str, int]:
-        """Offset of each descriptor's 8-byte address word, by operand (a, b, d, and c if the kernel
-        reads C)."""
-        return {operand: offset for _, offset, _, operand, _, _, _ in self._descs}
+        """Offset of each operand's 8-byte address word (a descriptor's, or a tensor parameter's first
+        word), by operand (a, b, d, and c if the kernel reads C)."""
+        return {**{operand: offset for _, offset, _, operand, _, _, _ in self._descs}, **self._tensors}
 
     def scalar_offsets(self) -> dict[str, int]:
         """Offset of each named scalar parameter (i32, f32 and raw pointers such as the workspace), by
@@ -69,6 +74,8 @@ class ParamPacker:
             tensormap.patch_address(buf, offset, values[operand])
         for offset, fmt, names in self._words:
             struct.pack_into(fmt, buf, offset, *[values[n] for n in names])
+        for operand, offset in self._tensors.items():
+            struct.pack_into("<Q", buf, offset, values[operand])
         return buf
 
     def _new_template(self, key, recipe, dims, strides_bytes) -> bytes:

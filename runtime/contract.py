@@ -24,7 +24,7 @@ from functools import cached_property
 from types import MappingProxyType
 
 from .errors import CorruptArtifactError, InvalidArgumentError, UnknownInstanceError
-from .spec import EXTENTS, OPERAND_EXTENTS, STRIDES, DType, GemmSpec, KSplit, SpecError
+from .spec import EXTENTS, OPERAND_EXTENTS, STRIDES, DType, GemmSpec, KSplit, SpecError, Varlen
 
 FORMAT = "hgemm-sm90-manifest"
 # 2 (2026-11-30): typed records; the spec is complete, the grid rule a name, alignment a TMA constant,
@@ -32,7 +32,10 @@ FORMAT = "hgemm-sm90-manifest"
 # 3 (2026-12-01): spec.swap_ab; a swap-AB record's descriptors come in the kernel's slot order (B, A, D, C).
 # 4 (2026-12-01): spec.k_split; split-K records take the int32 scalar k_splits and a "pointer" parameter,
 # the workspace.
-CONTRACT_VERSION = 4
+# 5 (2026-12-01): spec.varlen; grouped (varlen M) records take D as a "tensor" parameter (address,
+# extents, strides: stored from registers, not by TMA), the pointer cu_seqlens_m, the extent g (groups) and
+# the grid rule "grouped_clusters".
+CONTRACT_VERSION = 5
 ARCH = "sm_90a"
 # Every operand moves through TMA, which needs 16-byte aligned addresses, leading dimensions and batch
 # strides, and whole 16-byte chunks along the contiguous extent (runtime/problem.py checks these).
@@ -41,14 +44,16 @@ DESCRIPTOR_BYTES = 128  # a CUtensorMap kernel parameter
 POINTER_BYTES = 8  # a raw device pointer kernel parameter
 
 # The grid rules a record may name. "persistent_clusters": grid = (cluster_m * P, cluster_n, 1) with
-# P = min(cluster tiles of the problem, max active clusters of the kernel) (runtime/scheduling.py).
-GRID_RULES = ("persistent_clusters",)
-PARAM_KINDS = ("tensormap", "shape", "i32", "f32", "pointer", "opaque")
+# P = min(cluster tiles of the problem, max active clusters of the kernel); "grouped_clusters": the same
+# with the grouped problem's bound on its cluster tiles (runtime/scheduling.py, both).
+GRID_RULES = ("persistent_clusters", "grouped_clusters")
+PARAM_KINDS = ("tensormap", "tensor", "shape", "i32", "f32", "pointer", "opaque")
 # The scalars the runtime can fill, by kind: the walk order and split count (runtime/scheduling.py) and
 # the epilogue's scales (alpha always, beta where the epilogue reads C).
 SCALARS = {"i32": ("raster_along_m", "group_size", "k_splits"), "f32": ("alpha", "beta")}
-# The raw device pointers the runtime can fill: split-K's workspace (launch(..., workspace=)).
-POINTERS = ("workspace",)
+# The raw device pointers the runtime can fill: split-K's workspace (launch(..., workspace=)) and a
+# grouped instance's row offsets (launch(..., cu_seqlens_m=)).
+POINTERS = ("workspace", "cu_seqlens_m")
 # TMA recipe fields whose only values with an established encoding are these (runtime/tensormap.py).
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -93,10 +98,12 @@ class TensorMapRecipe:
 class Param:
     """One kernel parameter: where it sits in the packed parameter buffer and what fills it.
 
-    kind "tensormap": a 128-byte descriptor of ``operand`` encoded from ``tensormap``; "shape": int32
-    extents, one per name in ``dims`` (``operand`` says whose, informational; "problem" for loose ones);
-    "i32"/"f32": the scalar ``name``; "pointer": the 8-byte device address ``name``; "opaque":
-    compile-time data the kernel ignores (left zero)."""
+    kind "tensormap": a 128-byte descriptor of ``operand`` encoded from ``tensormap``; "tensor": the
+    operand as a plain global tensor (``tensor_layout``: its address, int32 extents named by ``dims``,
+    then int64 element strides named by ``strides``, 8-byte aligned); "shape": int32 extents, one per
+    name in ``dims`` (``operand`` says whose, informational; "problem" for loose ones); "i32"/"f32": the
+    scalar ``name``; "pointer": the 8-byte device address ``name``; "opaque": compile-time data the
+    kernel ignores (left zero)."""
 
     kind: str
     offset: int
@@ -105,13 +112,21 @@ class Param:
     dims: tuple[str, ...] = ()
     name: str | None = None
     tensormap: TensorMapRecipe | None = None
+    strides: tuple[str, ...] = ()
+
+    def tensor_layout(self) -> tuple[int, int, int]:
+        """A "tensor" parameter's byte layout, relative to its offset: (extents at, strides at, size)."""
+        strides_at = -(-(8 + 4 * len(self.dims)) // 8) * 8
+        return 8, strides_at, strides_at + 8 * len(self.strides)
 
     def to_json(self) -> dict:
         out: dict = {"kind": self.kind, "offset": self.offset, "size": self.size}
         if self.operand is not None:
             out["operand"] = self.operand
-        if self.kind == "shape":
+        if self.kind in ("shape", "tensor"):
             out["dims"] = list(self.dims)
+        if self.kind == "tensor":
+            out["strides"] = list(self.strides)
         if self.name is not None:
             out["name"] = self.name
         if self.tensormap is not None:
@@ -386,6 +401,19 @@ def _param(r: _Reader, p, where: str, spec: GemmSpec) -> Param:
         if size != DESCRIPTOR_BYTES:
             r.fail(where, f"a CUtensorMap parameter is {DESCRIPTOR_BYTES} bytes, got size {size}")
         return Param(kind, offset, size, operand=recipe.operand, tensormap=recipe)
+    if kind == "tensor":
+        r.known(p, ("kind", "offset", "size", "operand", "dims", "strides"), where)
+        operand = r.choice(p, "operand", where, spec.operands)
+        dims = r.names(p, "dims", where, EXTENTS)
+        strides = r.names(p, "strides", where, STRIDES)
+        param = Param(kind, offset, size, operand=operand, dims=dims, strides=strides)
+        if size != param.tensor_layout()[2] or offset % 8:
+            r.fail(
+                where,
+                f"a tensor of {len(dims)} extents and {len(strides)} strides is {param.tensor_layout()[2]} "
+                f"bytes at an 8-byte aligned offset, got size {size} at offset {offset}",
+            )
+        return param
     if kind == "shape":
         r.known(p, ("kind", "offset", "size", "operand", "dims"), where)
         operand = r.choice(p, "operand", where, (*OPERAND_EXTENTS, "problem"))
@@ -464,7 +492,7 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
         end = p.offset + p.size
     if end > param_bytes:
         r.fail(_at(where, "param_bytes"), f"{param_bytes} is smaller than the parameters' extent {end}")
-    described = {p.operand for p in params if p.kind == "tensormap"}
+    described = {p.operand for p in params if p.kind in ("tensormap", "tensor")}
     if described != set(spec.operands):
         r.fail(
             _at(where, "params"), f"describe operands {sorted(described)}, the spec has {list(spec.operands)}"
@@ -485,6 +513,14 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
             "must carry k_splits and the workspace pointer exactly when the spec is split-K "
             f"(k_split {spec.k_split}; parameters name {sorted(named)})",
         )
+    grouped = spec.varlen == Varlen.m
+    grid_rule = r.choice(rec, "grid", where, GRID_RULES)
+    if ("cu_seqlens_m" in named) != grouped or (grid_rule == "grouped_clusters") != grouped:
+        r.fail(
+            _at(where, "params"),
+            "must carry the cu_seqlens_m pointer and name the grid rule grouped_clusters exactly when the "
+            f"spec is grouped (varlen {spec.varlen}; parameters name {sorted(named)}, grid {grid_rule})",
+        )
     stats = r.map_(rec, "stats", where)
     if any(type(v) not in (int, float) for v in stats.values()):
         r.fail(_at(where, "stats"), "must map names to numbers")
@@ -496,7 +532,7 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
         block=r.ints(rec, "block", where, 3),
         cluster=cluster,
         smem_bytes=r.int_(rec, "smem_bytes", where),
-        grid_rule=r.choice(rec, "grid", where, GRID_RULES),
+        grid_rule=grid_rule,
         params=params,
         param_bytes=param_bytes,
         min_driver_version=r.int_(rec, "min_driver_version", where, lo=1000),

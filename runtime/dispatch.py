@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import gpus, model, problem, state, tuning
 from .errors import InvalidArgumentError, NoInstanceError
-from .spec import DType, GemmSpec, SpecError, parse_field
+from .spec import DType, GemmSpec, SpecError, Varlen, parse_field
 
 _CLASS_FIELDS = ("a_dtype", "b_dtype", "d_dtype", "a_major", "b_major", "d_major", "c_dtype", "c_major")
 
@@ -39,10 +39,11 @@ class ProblemClass:
     c_dtype: DType | None
     c_major: str | None
     fp8_fast_accum: bool
+    grouped: bool = False  # a grouped GEMM (varlen M: one launch for G groups of rows)
 
     @classmethod
     def of(cls, spec: GemmSpec) -> ProblemClass:
-        return cls(*(getattr(spec, f) for f in _CLASS_FIELDS), spec.fp8_fast_accum)
+        return cls(*(getattr(spec, f) for f in _CLASS_FIELDS), spec.fp8_fast_accum, spec.varlen == Varlen.m)
 
     @property
     def key(self) -> str:
@@ -52,11 +53,12 @@ class ProblemClass:
         key = f"{self.a_dtype}_{self.b_dtype}_{self.d_dtype}_{self.a_major}{self.b_major}{self.d_major}"
         if self.c_dtype is not None:
             key += f"_c{self.c_dtype}{self.c_major}"
-        return key + ("_fastacc" if self.fp8_fast_accum else "")
+        return key + ("_fastacc" if self.fp8_fast_accum else "") + ("_varlenm" if self.grouped else "")
 
     def distance(self, other: ProblemClass) -> int:
         """How many fields differ: what "nearest" means in `NoInstanceError`."""
-        return sum(getattr(self, f) != getattr(other, f) for f in (*_CLASS_FIELDS, "fp8_fast_accum"))
+        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped")
+        return sum(getattr(self, f) != getattr(other, f) for f in fields)
 
     def dtype_of(self, operand: str) -> DType:
         return getattr(self, f"{operand}_dtype")
@@ -135,6 +137,49 @@ def select(
         v = problem.resolve(None, ops, m, n, k, batch, none, none)
         choice = choose(rt, cls, v["m"], v["n"], v["k"], v["l"], target(rt, device, gpu))
         rt.choices[key] = choice  # hashable now: every argument was validated above
+    return choice
+
+
+def select_grouped(
+    m: int,
+    n: int,
+    k: int,
+    num_groups: int,
+    *,
+    a_dtype,
+    b_dtype=None,
+    d_dtype=None,
+    b_major: str = "k",
+    fp8_fast_accum: bool = False,
+    device: int | None = None,
+    gpu: str | None = None,
+) -> Choice:
+    """The shipped grouped (varlen M) instance to run a grouped GEMM with: `m` rows in all (A is m x k,
+    D m x n, both row-major), `num_groups` matrices in B (each n x k, `b_major` "k": K contiguous), the
+    group sizes unknown on the host. Arguments otherwise as `select()`.
+
+    The group sizes stay on the device, so the choice assumes groups of the average size m / num_groups:
+    the cost model (runtime/model.py) ranks the class's grouped instances on num_groups batches of that
+    many rows (no tuning table covers grouped instances yet). Cached like `select()`. `NoInstanceError`
+    when no grouped instance of the class ships."""
+    rt = state.runtime()
+    key = ("grouped", m, n, k, num_groups, a_dtype, b_dtype, d_dtype, b_major, fp8_fast_accum, device, gpu)
+    try:
+        choice = rt.choices.get(key)
+    except TypeError:
+        choice = None
+    if choice is None:
+        base = problem_class(a_dtype, b_dtype, d_dtype, "k", b_major, "n", None, None, fp8_fast_accum)
+        cls = ProblemClass(*(getattr(base, f) for f in _CLASS_FIELDS), base.fp8_fast_accum, grouped=True)
+        specs = instances_of(rt, cls)
+        ops = problem.layouts(specs[0])
+        none = (None,) * len(ops)
+        problem.check_grouping(None, True, 1, num_groups)
+        v = problem.resolve(None, ops, m, n, k, 1, none, none, num_groups)
+        rows = max(1, -(-v["m"] // num_groups))
+        us, spec, why = model.best(specs, rows, v["n"], v["k"], num_groups, target(rt, device, gpu).sm_count)
+        choice = Choice(spec.id, None, None, "model", f"groups of {rows} rows on average; {why}", us)
+        rt.choices[key] = choice
     return choice
 
 

@@ -41,7 +41,7 @@ class Footprint:
     )
 
     def __init__(self, op: OperandLayout, values: dict):
-        ld, bs, l, e = values[f"ld{op.name}"], values[f"batch_stride_{op.name}"], values["l"], op.elem
+        ld, bs, l, e = values[f"ld{op.name}"], values[f"batch_stride_{op.name}"], values[op.batches], op.elem
         rows = values[op.other]
         self.layout, self.ld, self.batch_stride = op, ld, bs if l > 1 else None  # unused with one batch
         self.batch_extent = e * ((rows - 1) * ld + values[op.contiguous])

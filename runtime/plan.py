@@ -26,13 +26,13 @@ from . import overlap, problem, scheduling
 from .args import ParamPacker
 from .errors import CorruptArtifactError, InvalidArgumentError
 from .launcher import ThreadBuffers, build_config
-from .spec import KSplit
+from .spec import KSplit, Varlen
 
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
 # The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
 # kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then split-K's workspace);
 # the one-call writer relies on it.
-_WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4, "workspace": 8}  # addresses, float32 scales
+_WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4, "workspace": 8, "cu_seqlens_m": 8}
 
 
 class Shape:
@@ -53,6 +53,7 @@ class LaunchEntry:
     __slots__ = (
         "instance",
         "has_c",
+        "grouped",
         "takes_workspace",
         "workspace_bytes",
         "chunks",
@@ -71,6 +72,7 @@ class LaunchEntry:
         rec = plan.record
         grid = scheduling.persistent_grid(shape.total, loaded.max_active_clusters, *rec.cluster[:2])
         self.instance, self.has_c, self.pack, self.buffers = rec.id, plan.has_c, plan.pack, plan.buffers
+        self.grouped = plan.grouped  # the launch patches the cu_seqlens_m address
         # Split-K: the launch patches a workspace address (0 when one split needs none).
         self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
@@ -89,6 +91,7 @@ class LaunchPlan:
         "ops",
         "has_c",
         "split",
+        "grouped",
         "packer",
         "patches",
         "pack",
@@ -103,6 +106,7 @@ class LaunchPlan:
         self.ops = problem.layouts(record.spec)
         self.has_c = record.spec.has_c
         self.split = record.spec.k_split == KSplit.split
+        self.grouped = record.spec.varlen == Varlen.m
         self.packer = ParamPacker(record)
         patches = {**self.packer.address_offsets(), **self.packer.scalar_offsets()}
         order = sorted((off, name) for name, off in patches.items() if name in _WIDTH)
@@ -112,6 +116,7 @@ class LaunchPlan:
             "alpha",
             *(("beta",) if self.has_c else ()),
             *(("workspace",) if self.split else ()),
+            *(("cu_seqlens_m",) if self.grouped else ()),
         )
         if names != want:
             raise CorruptArtifactError(
@@ -132,7 +137,7 @@ class LaunchPlan:
                 _pack(buf, offset, c0, b, c1, a, *rest)
 
         # pack(buf, 0, chunk, a, chunk, b, chunk, d, [chunk, c,] chunk, alpha, [chunk, beta,]
-        # [chunk, workspace,] chunk)
+        # [chunk, workspace | cu_seqlens_m,] chunk)
         self.pack = pack
         self.buffers = ThreadBuffers(record.param_bytes, record.param_offsets)
         self.shapes: dict[tuple, Shape] = {}
@@ -140,23 +145,48 @@ class LaunchPlan:
 
     def shape(self, key: tuple) -> Shape:
         """The `Shape` of a canonical key (m, n, k, batch, lda, ldb, ldd, ldc, batch_stride_a..c,
-        raster_along_m, group_size, k_splits): validated and packed on first use."""
+        raster_along_m, group_size, k_splits, num_groups): validated and packed on first use."""
         hit = self.shapes.get(key)
         return hit if hit is not None else self.prepare(key)
 
     def prepare(self, key: tuple) -> Shape:
-        m, n, k, batch, lda, ldb, ldd, ldc, bsa, bsb, bsd, bsc, raster_along_m, group_size, k_splits = key
+        (
+            m,
+            n,
+            k,
+            batch,
+            lda,
+            ldb,
+            ldd,
+            ldc,
+            bsa,
+            bsb,
+            bsd,
+            bsc,
+            raster_along_m,
+            group_size,
+            k_splits,
+            groups,
+        ) = key
         iid = self.record.id
         lds, bss = (lda, ldb, ldd), (bsa, bsb, bsd)
         if self.has_c:
             lds, bss = (*lds, ldc), (*bss, bsc)
         elif ldc is not None or bsc is not None:
             raise self.without_c("ldc" if ldc is not None else "batch_stride_c")
-        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss)
+        problem.check_grouping(iid, self.grouped, batch, groups)
+        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups)
         rec = self.record
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
             values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
         )
+        if self.grouped:
+            # The walk inside each group: raster as for one group of the average size.
+            clusters_m = scheduling.ceil_div(clusters_m, groups)
+            total = scheduling.grouped_cluster_tiles(
+                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.cluster[:2]
+            )
+            values["cu_seqlens_m"] = 0  # patched per launch
         # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (its
         # clusters are 1x1), so its walk flag is the problem's, flipped.
         swap = rec.spec.swap_ab

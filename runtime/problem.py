@@ -39,7 +39,7 @@ MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56
 class OperandLayout:
     """How one operand of an instance sits in memory: which extent is contiguous, element size."""
 
-    __slots__ = ("name", "dtype", "major", "elem", "contiguous", "other")
+    __slots__ = ("name", "dtype", "major", "elem", "contiguous", "other", "batches")
 
     def __init__(self, spec: GemmSpec, name: str):
         rows, cols = OPERAND_EXTENTS[name]
@@ -47,6 +47,7 @@ class OperandLayout:
         self.elem = self.dtype.bytes
         self.contiguous = spec.contiguous_extent(name)
         self.other = cols if self.contiguous == rows else rows
+        self.batches = spec.batch_extent(name)  # "l", or "g" for a grouped instance's B
 
 
 def layouts(spec: GemmSpec) -> tuple[OperandLayout, ...]:
@@ -99,6 +100,25 @@ def workspace_ok(takes_workspace: bool, needed_bytes: int, workspace) -> bool:
     if workspace is None:
         return not needed_bytes
     return takes_workspace and pointers_ok(workspace, workspace, workspace)
+
+
+def offsets_ok(ptr) -> bool:
+    """Whether `ptr` can be a grouped launch's cu_seqlens_m: an int, non-null, 4-byte aligned (int32s)."""
+    return type(ptr) is int and 0 < ptr < MAX_ADDRESS and not ptr & 3
+
+
+def offsets_pointer(instance: str, ptr) -> int:
+    """cu_seqlens_m as an int, checked by `offsets_ok`; `InvalidArgumentError` saying why not."""
+    if type(ptr) is not int and not isinstance(ptr, bool) and hasattr(ptr, "__index__"):
+        ptr = ptr.__index__()
+    if offsets_ok(ptr):
+        return ptr
+    raise InvalidArgumentError(
+        f"cu_seqlens_m={ptr!r} is not a non-null, 4-byte aligned device address",
+        "pass cu_seqlens_m as an int: the device address of int32[num_groups + 1] row offsets "
+        "(e.g. offsets.data_ptr() of a CUDA int32 tensor)",
+        instance,
+    )
 
 
 def scales_ok(alpha, beta=0.0) -> bool:
@@ -203,6 +223,32 @@ def k_splits(instance: str, v):
     raise InvalidArgumentError(f"k_splits={v!r}", "pass a positive int or None (automatic)", instance)
 
 
+def check_grouping(instance: str, grouped: bool, batch, groups) -> None:
+    """A grouped (varlen M) instance takes `num_groups` (an int in 1 .. 2**31 - 1) and one batch (its A
+    and D hold every group's rows); any other instance takes no `num_groups`."""
+    if not grouped:
+        if groups is not None:
+            raise InvalidArgumentError(
+                f"num_groups={groups!r} given, but this instance is not grouped",
+                "drop num_groups (and cu_seqlens_m), or use a grouped instance (id suffix _varlenm, "
+                "hgemm_sm90.instances() reports varlen_m)",
+                instance,
+            )
+        return
+    if groups is None or type(groups) is not int or not 1 <= groups <= INT32_MAX:
+        raise InvalidArgumentError(
+            f"num_groups={groups!r}: this grouped instance needs the number of groups G",
+            "pass num_groups=G, an int >= 1 (B holds G matrices; cu_seqlens_m holds G + 1 row offsets)",
+            instance,
+        )
+    if batch != 1:
+        raise InvalidArgumentError(
+            f"batch={batch!r} with a grouped instance",
+            "pass batch=1: a grouped launch has one batch of m rows in all, cut into groups by cu_seqlens_m",
+            instance,
+        )
+
+
 def group(instance: str, v):
     """A group-size override: None (automatic) or an int in 1 .. 2**31 - 1."""
     if v is None or (type(v) is int and 1 <= v <= INT32_MAX):
@@ -210,10 +256,14 @@ def group(instance: str, v):
     raise InvalidArgumentError(f"group_size={v!r}", "pass a positive int or None (automatic)", instance)
 
 
-def resolve(instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, batch_strides) -> dict:
-    """Named extents and strides for `ParamPacker.pack` (+ the grid rule), validated; no pointers."""
+def resolve(
+    instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, batch_strides, groups=None
+) -> dict:
+    """Named extents and strides for `ParamPacker.pack` (+ the grid rule), validated; no pointers.
+    `groups`: a grouped instance's group count G (B's batches; A and D are one batch of all M rows)."""
     values = {"m": size("m", m, instance), "n": size("n", n, instance), "k": size("k", k, instance)}
     values["l"] = size("batch", batch, instance)
+    values["g"] = 1 if groups is None else groups
     for op, ld, bs in zip(ops, lds, batch_strides):
         name = op.name
         contiguous = values[op.contiguous]

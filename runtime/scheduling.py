@@ -40,6 +40,31 @@ def cluster_tiles(m: int, n: int, batch: int, tile_m: int, tile_n: int, cluster_
     return cm, cn, cm * cn * batch
 
 
+def grouped_cluster_tiles(
+    m: int, n: int, groups: int, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int
+) -> int:
+    """A bound on the cluster tiles of a grouped (varlen M) problem of `m` rows in all and `groups` groups,
+    whatever the group sizes (they stay on the device): sum_g ceil(rows_g / R) <= (m + groups * (R - 1))
+    // R cluster rows of R = tile_m * cluster_m rows, times the cluster columns. The grid rule
+    "grouped_clusters" sizes the grid from it, as the DSL's host code does."""
+    rows = tile_m * cluster_m
+    return (m + groups * (rows - 1)) // rows * ceil_div(ceil_div(n, tile_n), cluster_n)
+
+
+def grouped_tiles(cu_seqlens_m, m: int, n: int, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int):
+    """The exact cluster tiles of each group of a grouped problem, from host copies of the row offsets,
+    with the kernel's clamping (rows outside [0, m) count for nothing): the walk of
+    codegen/kernels/tile_scheduler.varlen_locate, for tests and the cost model."""
+    rows = tile_m * cluster_m
+    columns = ceil_div(ceil_div(n, tile_n), cluster_n)
+    counts = []
+    for g in range(len(cu_seqlens_m) - 1):
+        first = min(max(cu_seqlens_m[g], 0), m)
+        end = min(max(cu_seqlens_m[g + 1], first), m)
+        counts.append(ceil_div(end - first, rows) * columns)
+    return counts
+
+
 def persistent_grid(total_units: int, max_active_clusters: int, cluster_m: int, cluster_n: int):
     """The grid for `total_units` work units: cluster tiles, times the split count under split-K."""
     clusters = min(total_units, max_active_clusters)

@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -31,6 +31,7 @@ in that order. Defined today, in order:
                           kernel's, so a 64x8 tile covers 64 columns of N and 8 rows of M)
   `_splitk`               split-K: each output tile's K loop is cut into a launch-time number of ranges,
                           reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
+  `_varlenm`              grouped GEMM with a per-group M (`GemmSpec.varlen`, docs/CONTRACT.md "Grouped GEMM")
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ _DTYPE_FACTS = {
 }
 
 
-# The problem's extents: per batch A is M x K, B is N x K, D and C are M x N; L counts the batches.
-EXTENTS = ("m", "n", "k", "l")
+# The problem's extents: per batch A is M x K, B is N x K, D and C are M x N; L counts the batches. A
+# grouped (varlen M) problem has one batch (L = 1) of M rows in all, and G groups: B holds G matrices.
+EXTENTS = ("m", "n", "k", "l", "g")
 OPERAND_EXTENTS: dict[str, tuple[str, str]] = {
     "a": ("m", "k"),
     "b": ("n", "k"),
@@ -166,6 +168,16 @@ class KSplit(StrEnum):
     split = "split"
 
 
+class Varlen(StrEnum):
+    """Which extent varies per group in a grouped (mixture-of-experts) instance: none (a plain or batched
+    GEMM), or M ("m": A and D are G groups of rows concatenated, B holds one N x K matrix per group, and
+    the device array `cu_seqlens_m` gives the groups' row offsets; docs/CONTRACT.md "Grouped GEMM").
+    ("k", the weight-gradient form, is reserved: not built.)"""
+
+    none = "none"
+    m = "m"
+
+
 # Short id tokens for schedules; the YAML/JSON spelling stays the full word.
 _SCHEDULE_TOKEN = {Schedule.cooperative: "coop", Schedule.pingpong: "pp"}
 _TOKEN_SCHEDULE = {tok: s for s, tok in _SCHEDULE_TOKEN.items()}
@@ -180,6 +192,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {
     "d_major": DMajor,
     "schedule": Schedule,
     "k_split": KSplit,
+    "varlen": Varlen,
 }
 # Fields whose value may be null (YAML `null`, JSON `null`): "feature off".
 _OPTIONAL_ENUM_FIELDS: dict[str, type[StrEnum]] = {"c_dtype": DType, "c_major": DMajor}
@@ -271,6 +284,10 @@ class GemmSpec:
     of a tile to finish adds the fp32 partial sums in a fixed order (deterministic) through a caller-given
     workspace (`hgemm_sm90.workspace_bytes`).
 
+    `varlen` "m" (grouped GEMM, e.g. a mixture-of-experts layer in one launch): A is (total M) x K with
+    the rows of G groups concatenated, B is G x N x K, D is (total M) x N; group g computes its rows
+    D[s_g:s_g+1] = alpha * A[s_g:s_g+1] @ B[g]^T, with the offsets s read from a device array at run time.
+
     Keyword-only (no positional construction). Construction normalizes and validates every field: strings
     become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
     `GemmSpec` is canonical and equal specs have equal names. Whether the kernel *supports* a spec is a
@@ -292,6 +309,7 @@ class GemmSpec:
     fp8_fast_accum: bool = False
     swap_ab: bool = False
     k_split: KSplit = KSplit.none
+    varlen: Varlen = Varlen.none
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -315,6 +333,11 @@ class GemmSpec:
     def has_c(self) -> bool:
         """Whether the epilogue reads a C operand (D = alpha*acc + beta*C)."""
         return self.c_dtype is not None
+
+    @property
+    def varlen_m(self) -> bool:
+        """Whether this is a grouped GEMM with a per-group M (`varlen` "m")."""
+        return self.varlen == Varlen.m
 
     @property
     def id(self) -> str:
@@ -359,6 +382,11 @@ class GemmSpec:
         and C's transposed under swap_ab (the kernel writes D^T, N x M)."""
         rows, cols = OPERAND_EXTENTS[operand]
         return (cols, rows) if self.swap_ab and operand in ("d", "c") else (rows, cols)
+
+    def batch_extent(self, operand: str) -> str:
+        """The extent that counts `operand`'s batches: "l", except B of a grouped (varlen M) instance,
+        which holds one matrix per group ("g")."""
+        return "g" if self.varlen == Varlen.m and operand == "b" else "l"
 
     # --- operands -------------------------------------------------------------------------------------
 
@@ -531,15 +559,20 @@ _SUFFIXES = (
         lambda s: "splitk" if s.k_split == KSplit.split else None,
         lambda tok: {"k_split": KSplit.split} if tok == "splitk" else None,
     ),
+    (
+        "grouped (variable M per group)",
+        lambda s: "varlenm" if s.varlen == Varlen.m else None,
+        lambda tok: {"varlen": Varlen.m} if tok == "varlenm" else None,
+    ),
 )
-_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk"
+_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk, then _varlenm"
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
 # Keys a YAML row may leave out: no C operand, fp32 accumulation, promoted fp8 accumulation.
-_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum", "swap_ab", "k_split")
+_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum", "swap_ab", "k_split", "varlen")
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW_DEFAULTED)
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
-    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk]"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm]"
 )

@@ -52,7 +52,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from runtime.scheduling import SPLIT_COUNTERS
 
-from .tile_scheduler import cluster_tile_coord, split_unit
+from .tile_scheduler import cluster_tile_coord, group_rows, split_unit, varlen_locate
 
 THREADS_PER_WARPGROUP = 128
 # Named barriers (0 is __syncthreads): the epilogue of each consumer warpgroup set, then the ping-pong
@@ -95,6 +95,11 @@ class KernelConfig:
     # output tile's k-tiles are cut into `k_splits` contiguous ranges, one work unit each, reduced in a
     # fixed order by the unit that finishes last (`HopperGemm._reduce_splits`).
     k_split: bool = False
+    # Grouped GEMM, variable M per group: the host entry takes `cu_seqlens_m` (int32[G + 1] row offsets, a
+    # device pointer); B's batch mode counts the groups; A and D hold all groups' rows, and each D
+    # sub-tile goes from its staging buffer to global memory in 16-byte vectors with the group's row
+    # bound (no TMA store: it is bounded by the whole tensor only).
+    varlen_m: bool = False
 
     @property
     def threads(self) -> int:
@@ -141,6 +146,11 @@ class EpilogueContext:
     c_buffer_base: object
     c_subtile_bytes: int
     tiles_per_tile: int  # epilogue sub-tiles per output tile (of this warpgroup's column half under N split)
+    # Grouped (varlen M): the copy of one staged sub-tile to global memory in 16-byte vectors, this
+    # thread's part of it (the staging buffers, the sub-tile's coordinates); None otherwise.
+    thr_copy_s2g: object = None
+    tSG_sD: object = None
+    tSG_cD: object = None
 
 
 def make_gemm(config: KernelConfig) -> "HopperGemm":
@@ -148,6 +158,8 @@ def make_gemm(config: KernelConfig) -> "HopperGemm":
     and on split-K (which takes the split count and a workspace)."""
     if config.k_split:
         return HopperGemmSplitK(config)
+    if config.varlen_m:
+        return HopperGemmVarlenM(config)
     return (HopperGemmWithC if config.c_dtype is not None else HopperGemm)(config)
 
 
@@ -185,6 +197,7 @@ class HopperGemm:
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
         self.k_split = config.k_split
+        self.varlen_m = config.varlen_m
 
     # ------------------------------------------------------------------ host side
     @cute.jit
@@ -216,11 +229,15 @@ class HopperGemm:
         stream,
         k_splits=None,
         workspace=None,
+        cu_seqlens_m=None,
     ):
         """Build TMA descriptors, size the persistent grid and launch (traced inside a host entry).
 
         The grid is `(cluster_m * P, cluster_n, 1)` with `P = min(work units, max_active_clusters)`; a
         work unit is a cluster tile, or under split-K one of its `S = clamp(k_splits, 1, k-tiles)` k-ranges.
+        Grouped (varlen M): the group sizes are on the device, so the work units are bounded from the
+        total rows M and the group count G: sum_g ceil(rows_g / R) <= (M + G * (R - 1)) // R cluster rows
+        of R = tile M * cluster M rows each.
         """
         self.a_dtype = mA.element_type
         self.b_dtype = mB.element_type
@@ -259,12 +276,15 @@ class HopperGemm:
         tma_atom_b, tma_tensor_b = self._make_load_tma(
             mB, b_smem_staged, (self.tile_mnk[1], self.tile_mnk[2]), self.num_mcast_b
         )
-        tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(),
-            mD,
-            cute.slice_(epi_smem_staged, (None, None, 0)),
-            self.epi_tile,
-        )
+        # Grouped instances store D through the tensor itself (no descriptor: `_epilogue`).
+        tma_atom_d, tma_tensor_d = None, mD
+        if cutlass.const_expr(not self.varlen_m):
+            tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(),
+                mD,
+                cute.slice_(epi_smem_staged, (None, None, 0)),
+                self.epi_tile,
+            )
         tma_atom_c, tma_tensor_c = None, None
         if cutlass.const_expr(mC is not None):
             tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
@@ -280,6 +300,11 @@ class HopperGemm:
         tiles_m = (cute.size(mD, mode=[0]) + self.tile_mnk[0] - 1) // self.tile_mnk[0]
         tiles_n = (cute.size(mD, mode=[1]) + self.tile_mnk[1] - 1) // self.tile_mnk[1]
         cluster_tiles = ((tiles_m + cm - 1) // cm) * ((tiles_n + cn - 1) // cn) * cute.size(mD, mode=[2])
+        if cutlass.const_expr(self.varlen_m):
+            rows = self.tile_mnk[0] * cm
+            groups = cute.size(mB, mode=[2])
+            cluster_rows = (cute.size(mD, mode=[0]) + groups * (rows - 1)) // rows
+            cluster_tiles = cluster_rows * ((tiles_n + cn - 1) // cn)
         work_units = cluster_tiles
         if cutlass.const_expr(self.k_split):
             k_tiles = (cute.size(mA, mode=[1]) + self.tile_mnk[2] - 1) // self.tile_mnk[2]
@@ -321,6 +346,7 @@ class HopperGemm:
             group_size,
             k_splits,
             workspace,
+            cu_seqlens_m,
             self.tiled_mma,
             self.cta_layout_mnk,
             a_smem_staged,
@@ -389,6 +415,7 @@ class HopperGemm:
         group_size: Int32,
         k_splits,
         workspace,
+        cu_seqlens_m,
         tiled_mma: cute.TiledMma,
         cta_layout_mnk: cute.Layout,
         a_smem_staged: cute.ComposedLayout,
@@ -405,7 +432,8 @@ class HopperGemm:
         if warp_idx == self.producer_warp:
             cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
-            cpasync.prefetch_descriptor(tma_atom_d)
+            if cutlass.const_expr(not self.varlen_m):
+                cpasync.prefetch_descriptor(tma_atom_d)
             if cutlass.const_expr(has_c):
                 cpasync.prefetch_descriptor(tma_atom_c)
 
@@ -493,6 +521,10 @@ class HopperGemm:
             splits = cutlass.max(cutlass.min(k_splits, k_tile_cnt), 1)
             split_arrivals = storage.split_arrivals.data_ptr()
         work_units = cluster_tiles * splits
+        # Grouped (varlen M): the groups' row offsets, int32[G + 1] (G = B's batch extent).
+        seqlens = None
+        if cutlass.const_expr(self.varlen_m):
+            seqlens = cute.make_tensor(cu_seqlens_m, cute.make_layout(cute.size(mB_nkl, mode=[2]) + 1))
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
 
@@ -508,38 +540,55 @@ class HopperGemm:
             b_mcast_mask = b_mcast_mask if self.num_mcast_b > 1 else 0
 
             producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
-            linear = cluster_id
-            while linear < work_units:
-                tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
-                if cutlass.const_expr(self.k_split):
-                    tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
-                ctile_m, ctile_n, batch = cluster_tile_coord(
-                    tile_linear, clusters_m, clusters_n, raster_along_m, group_size
+            if cutlass.const_expr(self.varlen_m):
+                producer_state = self._produce_grouped(
+                    ab_pipeline,
+                    producer_state,
+                    tma_atom_a,
+                    mA_mkl,
+                    sA,
+                    tAsA,
+                    tma_atom_b,
+                    tBgB,
+                    tBsB,
+                    a_mcast_mask,
+                    b_mcast_mask,
+                    seqlens,
+                    k_tile_cnt,
+                    clusters_n,
+                    cluster_id,
+                    num_clusters,
+                    cluster_coord_mnk,
+                    cta_layout_mnk,
+                    raster_along_m,
+                    group_size,
                 )
-                tile_m = ctile_m * cm + cluster_coord_mnk[0]
-                tile_n = ctile_n * cn + cluster_coord_mnk[1]
-                tAgA_k = tAgA[(None, tile_m, None, batch)]
-                tBgB_k = tBgB[(None, tile_n, None, batch)]
-                for k_tile in range(k_begin, k_end):
-                    ab_pipeline.producer_acquire(producer_state)
-                    full_barrier = ab_pipeline.producer_get_barrier(producer_state)
-                    cute.copy(
+            else:
+                linear = cluster_id
+                while linear < work_units:
+                    tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
+                    if cutlass.const_expr(self.k_split):
+                        tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
+                    ctile_m, ctile_n, batch = cluster_tile_coord(
+                        tile_linear, clusters_m, clusters_n, raster_along_m, group_size
+                    )
+                    tile_m = ctile_m * cm + cluster_coord_mnk[0]
+                    tile_n = ctile_n * cn + cluster_coord_mnk[1]
+                    producer_state = self._load_k_tiles(
+                        ab_pipeline,
+                        producer_state,
                         tma_atom_a,
-                        tAgA_k[(None, k_tile)],
-                        tAsA[(None, producer_state.index)],
-                        tma_bar_ptr=full_barrier,
-                        mcast_mask=a_mcast_mask,
-                    )
-                    cute.copy(
+                        tAgA[(None, tile_m, None, batch)],
+                        tAsA,
                         tma_atom_b,
-                        tBgB_k[(None, k_tile)],
-                        tBsB[(None, producer_state.index)],
-                        tma_bar_ptr=full_barrier,
-                        mcast_mask=b_mcast_mask,
+                        tBgB[(None, tile_n, None, batch)],
+                        tBsB,
+                        a_mcast_mask,
+                        b_mcast_mask,
+                        k_begin,
+                        k_end,
                     )
-                    ab_pipeline.producer_commit(producer_state)
-                    producer_state.advance()
-                linear += num_clusters
+                    linear += num_clusters
             # Do not exit while peers may still multicast into / release to this CTA's stages.
             ab_pipeline.producer_tail(producer_state)
 
@@ -557,6 +606,7 @@ class HopperGemm:
                 sB,
                 sD,
                 sC,
+                mD_mnl,
                 gD_mnl,
                 gC_mnl,
                 k_tile_cnt,
@@ -564,6 +614,7 @@ class HopperGemm:
                 splits,
                 workspace,
                 split_arrivals,
+                seqlens,
                 clusters_m,
                 clusters_n,
                 cluster_id,
@@ -579,6 +630,152 @@ class HopperGemm:
             cute.arch.griddepcontrol_launch_dependents()
 
     @cute.jit
+    def _load_k_tiles(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        tAgA_k,
+        tAsA,
+        tma_atom_b,
+        tBgB_k,
+        tBsB,
+        a_mcast_mask,
+        b_mcast_mask,
+        k_begin: Int32,
+        k_end: Int32,
+    ):
+        """Producer: TMA-load k-tiles [k_begin, k_end) of one tile's A and B rows into the ring (waiting
+        for each stage to be free). Returns the advanced producer state."""
+        for k_tile in range(k_begin, k_end):
+            ab_pipeline.producer_acquire(producer_state)
+            full_barrier = ab_pipeline.producer_get_barrier(producer_state)
+            cute.copy(
+                tma_atom_a,
+                tAgA_k[(None, k_tile)],
+                tAsA[(None, producer_state.index)],
+                tma_bar_ptr=full_barrier,
+                mcast_mask=a_mcast_mask,
+            )
+            cute.copy(
+                tma_atom_b,
+                tBgB_k[(None, k_tile)],
+                tBsB[(None, producer_state.index)],
+                tma_bar_ptr=full_barrier,
+                mcast_mask=b_mcast_mask,
+            )
+            ab_pipeline.producer_commit(producer_state)
+            producer_state.advance()
+        return producer_state
+
+    @cute.jit
+    def _grouped_tile(
+        self,
+        linear,
+        group,
+        first_tile,
+        seqlens,
+        total_rows,
+        clusters_n,
+        cluster_coord_mnk,
+        raster_along_m,
+        group_size,
+    ):
+        """Grouped (varlen M): this CTA's tile of cluster tile `linear` of group `group` (whose first
+        cluster tile is `first_tile`): (tile_m within the group, tile_n, the group's first row, its end
+        row). Inside a group the cluster tiles are walked like one problem's (tile_scheduler.py)."""
+        cm, cn = self.cluster_mn
+        row_first, row_end = group_rows(seqlens, group, total_rows)
+        rows = self.tile_mnk[0] * cm
+        ctile_m, ctile_n, _ = cluster_tile_coord(
+            linear - first_tile,
+            (row_end - row_first + rows - 1) // rows,
+            clusters_n,
+            raster_along_m,
+            group_size,
+        )
+        return ctile_m * cm + cluster_coord_mnk[0], ctile_n * cn + cluster_coord_mnk[1], row_first, row_end
+
+    @cute.jit
+    def _produce_grouped(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tAsA,
+        tma_atom_b,
+        tBgB,
+        tBsB,
+        a_mcast_mask,
+        b_mcast_mask,
+        seqlens,
+        k_tile_cnt: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        cta_layout_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+    ):
+        """Producer of a grouped (varlen M) instance: walk this CTA's tiles group by group and load each
+        one's k-tiles. A is read through its whole-tensor descriptor shifted to the group's first row:
+        rows past the group's end belong to the next group (or are past A and zero-filled); they only
+        feed accumulator rows that the epilogue never stores. B is the group's matrix (batch index)."""
+        num_groups = cute.size(seqlens) - 1
+        total_rows = cute.size(mA_mkl, mode=[0])
+        rows_per_cluster_tile = self.tile_mnk[0] * self.cluster_mn[0]
+        linear = cluster_id
+        group, first_tile = varlen_locate(
+            linear, Int32(0), Int32(0), seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+        )
+        while group < num_groups:
+            tile_m, tile_n, row_first, _ = self._grouped_tile(
+                linear,
+                group,
+                first_tile,
+                seqlens,
+                total_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            gA_group = cute.local_tile(
+                cute.domain_offset((row_first, 0, 0), mA_mkl),
+                cute.slice_(self.tile_mnk, (None, 0, None)),
+                (None, None, None),
+            )
+            _, tAgA_group = cpasync.tma_partition(
+                tma_atom_a,
+                cluster_coord_mnk[1],
+                cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+                cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA_group, 0, 2),
+            )
+            producer_state = self._load_k_tiles(
+                ab_pipeline,
+                producer_state,
+                tma_atom_a,
+                tAgA_group[(None, tile_m, None, 0)],
+                tAsA,
+                tma_atom_b,
+                tBgB[(None, tile_n, None, group)],
+                tBsB,
+                a_mcast_mask,
+                b_mcast_mask,
+                0,
+                k_tile_cnt,
+            )
+            linear += num_clusters
+            group, first_tile = varlen_locate(
+                linear, group, first_tile, seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+            )
+        return producer_state
+
+    @cute.jit
     def _consume(
         self,
         ab_pipeline,
@@ -592,6 +789,7 @@ class HopperGemm:
         sB: cute.Tensor,
         sD: cute.Tensor,
         sC,
+        mD_mnl: cute.Tensor,
         gD_mnl: cute.Tensor,
         gC_mnl,
         k_tile_cnt: Int32,
@@ -599,6 +797,7 @@ class HopperGemm:
         splits,
         workspace,
         split_arrivals,
+        seqlens,
         clusters_m: Int32,
         clusters_n: Int32,
         cluster_id: Int32,
@@ -673,15 +872,43 @@ class HopperGemm:
                     barrier_id=EPI_TURN_BARRIER, number_of_threads=2 * THREADS_PER_WARPGROUP
                 )
 
-        while linear < cluster_tiles * splits:
+        # Grouped (varlen M): the walk goes group by group (`varlen_locate`); `group` reaching the group
+        # count ends it. Otherwise the walk ends after the last work unit.
+        group, first_tile = Int32(0), Int32(0)
+        num_groups, total_rows = Int32(0), Int32(0)
+        rows_per_cluster_tile = self.tile_mnk[0] * cm
+        more = linear < cluster_tiles * splits
+        if cutlass.const_expr(self.varlen_m):
+            num_groups = cute.size(seqlens) - 1
+            total_rows = cute.size(mD_mnl, mode=[0])
+            group, first_tile = varlen_locate(
+                linear, group, first_tile, seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+            )
+            more = group < num_groups
+        while more:
             tile_linear, split, k_begin, k_end = linear, 0, 0, k_tile_cnt
             if cutlass.const_expr(self.k_split):
                 tile_linear, split, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
-            ctile_m, ctile_n, batch = cluster_tile_coord(
-                tile_linear, clusters_m, clusters_n, raster_along_m, group_size
-            )
-            tile_m = ctile_m * cm + cluster_coord_mnk[0]
-            tile_n = ctile_n * cn + cluster_coord_mnk[1]
+            row_first, row_end = Int32(0), Int32(0)
+            if cutlass.const_expr(self.varlen_m):
+                tile_m, tile_n, row_first, row_end = self._grouped_tile(
+                    linear,
+                    group,
+                    first_tile,
+                    seqlens,
+                    total_rows,
+                    clusters_n,
+                    cluster_coord_mnk,
+                    raster_along_m,
+                    group_size,
+                )
+                batch = Int32(0)
+            else:
+                ctile_m, ctile_n, batch = cluster_tile_coord(
+                    tile_linear, clusters_m, clusters_n, raster_along_m, group_size
+                )
+                tile_m = ctile_m * cm + cluster_coord_mnk[0]
+                tile_n = ctile_n * cn + cluster_coord_mnk[1]
 
             self._wait_turn(MMA_TURN_BARRIER, wg)
             read_state, release_state = mainloop(
@@ -698,7 +925,11 @@ class HopperGemm:
             )
 
             self._wait_turn(EPI_TURN_BARRIER, wg)
-            if cutlass.const_expr(self.k_split):
+            if cutlass.const_expr(self.varlen_m):
+                epi_buffer, c_count = self._epilogue(
+                    epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl, row_first, row_end
+                )
+            elif cutlass.const_expr(self.k_split):
                 # Only the tile's last unit to finish holds the whole sum; the others are done.
                 if self._reduce_splits(
                     epi,
@@ -717,11 +948,25 @@ class HopperGemm:
                 # Both warpgroups write the same D staging buffers: drain this tile's stores before
                 # handing the epilogue to the other warpgroup, then skip its share of the pipelines.
                 self._drain_stores(epi)
+                c_count += epi.tiles_per_tile
                 self._pass_turn(EPI_TURN_BARRIER, wg)
                 read_state.advance(k_tile_cnt)
                 release_state.advance(k_tile_cnt)
-                c_count += epi.tiles_per_tile
             linear += tile_stride
+            if cutlass.const_expr(self.varlen_m):
+                group, first_tile = varlen_locate(
+                    linear,
+                    group,
+                    first_tile,
+                    seqlens,
+                    num_groups,
+                    total_rows,
+                    rows_per_cluster_tile,
+                    clusters_n,
+                )
+                more = group < num_groups
+            else:
+                more = linear < cluster_tiles * splits
 
         # Drain outstanding TMA stores before the CTA exits.
         self._drain_stores(epi)
@@ -816,6 +1061,20 @@ class HopperGemm:
             cute.size(cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1])
             // self.epi_buffer_sets
         )
+        thr_copy_s2g, tSG_sD, tSG_cD = None, None, None
+        if cutlass.const_expr(self.varlen_m):
+            # Row-major D: each thread moves 16-byte vectors of a row; a warp covers whole rows of the
+            # sub-tile (N is a multiple of 16 bytes, so a vector is either inside D's columns or not).
+            vector = 128 // self.d_dtype.width
+            per_row = self.epi_tile[1] // vector
+            copy_s2g = cute.make_tiled_copy_tv(
+                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.d_dtype, num_bits_per_copy=128),
+                cute.make_ordered_layout((self.epi_threads // per_row, per_row), order=(1, 0)),
+                cute.make_layout((1, vector)),
+            )
+            thr_copy_s2g = copy_s2g.get_slice(epi_tidx)
+            tSG_sD = thr_copy_s2g.partition_S(sD)
+            tSG_cD = thr_copy_s2g.partition_D(cute.make_identity_tensor(self.epi_tile))
         return EpilogueContext(
             tma_atom_d=tma_atom_d,
             tma_atom_c=tma_atom_c,
@@ -844,33 +1103,62 @@ class HopperGemm:
             c_buffer_base=c_buffer_base,
             c_subtile_bytes=c_subtile_bytes,
             tiles_per_tile=tiles_per_tile,
+            thr_copy_s2g=thr_copy_s2g,
+            tSG_sD=tSG_sD,
+            tSG_cD=tSG_cD,
         )
 
     @cute.jit
-    def _epilogue(self, epi: EpilogueContext, tile_m, tile_n, batch, epi_buffer: Int32, c_count: Int32):
+    def _epilogue(
+        self,
+        epi: EpilogueContext,
+        tile_m,
+        tile_n,
+        batch,
+        epi_buffer: Int32,
+        c_count: Int32,
+        mD_mnl=None,
+        row_first=None,
+        row_end=None,
+    ):
         """Store one tile's accumulators as D: for each of this epilogue's sub-tiles, registers -> alpha *
         acc (+ beta * C, C loaded by TMA into its shared buffers `c_stages` sub-tiles ahead) -> D's dtype
         -> shared memory (stmatrix for 16-bit D) -> TMA store.
 
         `epi_buffer` is the next D staging buffer, `c_count` the number of C sub-tiles loaded before this
         tile (it gives the C buffers' mbarrier phases). Returns both, advanced past this tile.
+
+        Grouped (varlen M): the tile is tile_m of the group of rows [row_first, row_end) of D (`mD_mnl`,
+        the tensor itself), and every epilogue thread copies its 16-byte vectors of each staged sub-tile
+        to global memory, skipping rows at or past the group's end (a TMA store would write them).
         """
         has_c = cutlass.const_expr(epi.gC_mnl is not None)
         # Plain names for what the run-time branch `if is_epi_warp:` below uses: the DSL's tracer decides
         # what such a branch carries from the names in it.
         is_epi_warp = epi.is_epi_warp
         tma_store_pipeline = epi.store_pipeline
-        gD_tile = cute.zipped_divide(epi.gD_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
-        bSG_sD, bSG_gD = cpasync.tma_partition(
-            epi.tma_atom_d,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(epi.sD, 0, 2),
-            gD_tile,
-        )
+        bSG_sD, bSG_gD, gD_tile, gD_sub, rows_left, cols_left = None, None, None, None, None, None
+        if cutlass.const_expr(self.varlen_m):
+            gD_group = cute.local_tile(
+                cute.domain_offset((row_first, 0, 0), mD_mnl),
+                cute.slice_(self.tile_mnk, (None, None, 0)),
+                (None, None, None),
+            )
+            gD_sub = cute.zipped_divide(gD_group[(None, None, tile_m, tile_n, 0)], self.epi_tile)
+            rows_left = row_end - row_first - tile_m * self.tile_mnk[0]
+            cols_left = cute.size(mD_mnl, mode=[1]) - tile_n * self.tile_mnk[1]
+        else:
+            gD_tile = cute.zipped_divide(epi.gD_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+            bSG_sD, bSG_gD = cpasync.tma_partition(
+                epi.tma_atom_d,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(epi.sD, 0, 2),
+                gD_tile,
+            )
         # This epilogue's sub-tiles, row by row (the accumulator's register order): all of them, or
         # under the N split this warpgroup's column half.
-        epi_grid = gD_tile.shape[1]
+        epi_grid = (gD_sub if cutlass.const_expr(self.varlen_m) else gD_tile).shape[1]
         own_cols = epi_grid[1] // self.epi_buffer_sets
         epi_order = cute.make_layout((epi_grid[0], own_cols), stride=(own_cols, 1))
         col_offset = epi.own_part * own_cols  # of this epilogue's first sub-tile column
@@ -909,7 +1197,16 @@ class HopperGemm:
             # buffer just read) go through the async proxy.
             cute.arch.fence_proxy("async.shared", space="cta")
             epi.barrier.arrive_and_wait()
-            if is_epi_warp:
+            if cutlass.const_expr(self.varlen_m):
+                self._copy_subtile_rows(
+                    epi,
+                    epi.d_buffer_base + epi_buffer,
+                    gD_sub,
+                    self._sub_tile(epi_order, epi_idx, col_offset),
+                    rows_left,
+                    cols_left,
+                )
+            elif is_epi_warp:
                 cute.copy(
                     epi.tma_atom_d,
                     bSG_sD[(None, epi.d_buffer_base + epi_buffer)],
@@ -932,6 +1229,22 @@ class HopperGemm:
             epi_buffer = (epi_buffer + 1) % self.epi_stages
         c_count += epi.tiles_per_tile
         return epi_buffer, c_count
+
+    @cute.jit
+    def _copy_subtile_rows(self, epi: EpilogueContext, buffer, gD_sub, sub_tile, rows_left, cols_left):
+        """Grouped (varlen M): copy staged sub-tile `sub_tile` of the tile from D staging buffer `buffer`
+        to global memory, 16 bytes per vector, skipping vectors whose row is at or past `rows_left` or
+        whose columns start at or past `cols_left` (both relative to the tile's first row and column)."""
+        g_sub = epi.thr_copy_s2g.partition_D(gD_sub[((None, None), sub_tile)])
+        s_sub = epi.tSG_sD[(None, None, None, buffer)]
+        staged = cute.make_rmem_tensor(s_sub.shape, self.d_dtype)
+        cute.autovec_copy(s_sub, staged)
+        row0, col0 = sub_tile[0] * self.epi_tile[0], sub_tile[1] * self.epi_tile[1]
+        for i in cutlass.range_constexpr(cute.size(staged, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(staged, mode=[2])):
+                row, col = epi.tSG_cD[(0, i, j)]
+                if row0 + row < rows_left and col0 + col < cols_left:
+                    cute.autovec_copy(staged[(None, i, j)], g_sub[(None, i, j)])
 
     @cute.jit
     def _reduce_splits(
@@ -1021,8 +1334,9 @@ class HopperGemm:
         """Wait until this epilogue's TMA stores have read their D staging buffers."""
         is_epi_warp = epi.is_epi_warp
         tma_store_pipeline = epi.store_pipeline
-        if is_epi_warp:
-            tma_store_pipeline.producer_tail()
+        if cutlass.const_expr(not self.varlen_m):  # grouped: plain stores, nothing in flight
+            if is_epi_warp:
+                tma_store_pipeline.producer_tail()
 
     # ------------------------------------------------------------------ mainloops
     @cute.jit
@@ -1225,4 +1539,39 @@ class HopperGemmSplitK(HopperGemm):
             stream,
             k_splits,
             workspace,
+        )
+
+
+class HopperGemmVarlenM(HopperGemm):
+    """Grouped GEMM with a variable M per group (mixture-of-experts): mA (total M, K, 1) holds the rows
+    of all groups, mB (N, K, G) one matrix per group, mD (total M, N, 1); `cu_seqlens_m` points to
+    int32[G + 1] non-decreasing row offsets (cu_seqlens_m[0] = 0, cu_seqlens_m[G] <= total M) on the
+    device. Group g computes D[s_g:s_g+1] = alpha * A[s_g:s_g+1] @ B[:, :, g]^T; the sizes are never
+    read on the host. Rows outside [0, total M) are never written, whatever the offsets hold."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        alpha: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_m: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_m,
         )

@@ -16,6 +16,7 @@ Persistent clusters start at their cluster index and stride by the number of clu
 """
 
 import cutlass
+import cutlass.cute as cute
 from cutlass import Int32
 
 
@@ -64,3 +65,67 @@ def split_unit(linear: Int32, splits: Int32, k_tiles: Int32):
     tile = linear // splits
     split = linear - tile * splits
     return tile, split, split * k_tiles // splits, (split + 1) * k_tiles // splits
+
+
+def group_rows(seqlens, group: Int32, total_rows: Int32):
+    """Grouped GEMM (varlen M): the first row and the end row of `group`, clamped to [0, total_rows] and
+    to a non-negative size, so that a malformed `cu_seqlens_m` can never make the kernel touch a row
+    outside D (such a group computes nothing or part of its rows instead)."""
+    first = cutlass.min(cutlass.max(seqlens[group], 0), total_rows)
+    end = cutlass.min(cutlass.max(seqlens[group + 1], first), total_rows)
+    return first, end
+
+
+@cute.jit
+def varlen_locate(
+    linear: Int32,
+    group: Int32,
+    group_first_tile: Int32,
+    seqlens,
+    num_groups: Int32,
+    total_rows: Int32,
+    rows_per_cluster_tile: int,
+    clusters_n: Int32,
+):
+    """Grouped GEMM (varlen M): find the group that owns cluster tile `linear`.
+
+    The cluster tiles of all groups are numbered group by group: group g owns
+    ceil(rows_g / rows_per_cluster_tile) * clusters_n consecutive tiles (0 for an empty group). Given a
+    group at or before the answer and the number of its first tile, returns (the owning group, the
+    number of its first tile), or (num_groups, total tiles) when `linear` is past the last tile.
+    A persistent CTA's tiles only move forward, so each caller carries the answer to its next call and
+    the walk over the groups is done once per CTA, 32 groups per step: each lane counts one group's tiles,
+    a warp-wide prefix sum gives each group's end, and a ballot finds the first group ending after
+    `linear`. Called by every lane of a warp (the shuffles and the ballot need all 32); every lane gets
+    the same answer. Mirrored by `hgemm_sm90.scheduling.varlen_tile_count` on the host.
+    """
+    lane = cute.arch.lane_idx()
+    searching = cutlass.Boolean(True)
+    while searching:
+        g = group + lane
+        lo = cutlass.min(g, num_groups)
+        hi = cutlass.min(g + 1, num_groups)
+        first = cutlass.min(cutlass.max(seqlens[lo], 0), total_rows)
+        end = cutlass.min(cutlass.max(seqlens[hi], first), total_rows)
+        count = (end - first + rows_per_cluster_tile - 1) // rows_per_cluster_tile * clusters_n
+        # Inclusive prefix sum of the lanes' counts (lanes below `offset` keep their value).
+        inclusive = count
+        for step in cutlass.range_constexpr(5):
+            offset = 1 << step
+            below = cute.arch.shuffle_sync_up(inclusive, offset)
+            if lane >= offset:
+                inclusive = inclusive + below
+        ends = group_first_tile + inclusive
+        passed = cute.arch.popc(cute.arch.vote_ballot_sync((g < num_groups) & (ends <= linear)))
+        in_step = cutlass.min(num_groups - group, 32)
+        if passed < in_step:
+            group_first_tile = cute.arch.shuffle_sync(ends - count, passed)
+            group = group + passed
+            searching = cutlass.Boolean(False)
+        else:
+            group_first_tile = cute.arch.shuffle_sync(ends, 31)
+            group = group + 32
+            if group >= num_groups:
+                group = num_groups
+                searching = cutlass.Boolean(False)
+    return group, group_first_tile

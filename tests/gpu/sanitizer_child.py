@@ -58,7 +58,15 @@ def odd_majors(inst) -> list[str]:
 
 
 def required_features(inst) -> set[tuple]:
-    """What must be covered: every value of every family axis shipped, at least once."""
+    """What must be covered: every value of every family axis shipped, at least once. Grouped (varlen M)
+    instances form families of their own (their walk and their epilogue differ), so they never stand in
+    for a plain instance's family, nor a plain one for theirs."""
+    if getattr(inst, "varlen_m", False):
+        return {
+            ("grouped tile family", tile_family(inst)),
+            ("grouped cluster", f"{inst.cluster[0]}x{inst.cluster[1]}"),
+            ("grouped inputs", input_kind(inst)),
+        }
     out = {
         ("tile family", tile_family(inst)),  # tile M x N and schedule: the mainloop/epilogue structure
         ("cluster", f"{inst.cluster[0]}x{inst.cluster[1]}"),  # TMA multicast and cluster barriers
@@ -253,6 +261,9 @@ def run(shape: Shape, ids: list[str]) -> int:
         case = g.Case(
             "sanitizer", shape.m, shape.n, shape.k, batch=shape.batch, pad_ld=1, pad_batch=1, head=1
         )
+        if getattr(inst, "varlen_m", False):
+            failed += run_grouped(g, inst, torch)
+            continue
         overrides = {}
         if getattr(inst, "k_split", "none") == "split":
             # Split-K needs few tiles: decode-sized M, a K of 14 k-tiles (the last partial) in 3 splits
@@ -276,6 +287,53 @@ def run(shape: Shape, ids: list[str]) -> int:
             p = before = None
     _say("summary", "-", f"ok={len(ids) - failed} failed={failed}")
     return 1 if failed else 0
+
+
+# Group sizes for a grouped instance under the sanitizer: empty groups (first, middle, last), one row, sizes
+# that are not a multiple of 8, a group over several tiles; a partial last column tile and k-tile.
+GROUP_SIZES = (0, 1, 7, 0, 130, 300, 3, 0)
+
+
+def run_grouped(g, inst, torch) -> int:
+    """One grouped launch (tests/gpu/test_grouped.py's problem) checked on the host: every row a group owns
+    against the fp64 reference (norm-relative, gemm_util's bound), every other element of D's buffer (rows
+    no group owns, row padding, the guard) still the sentinel. Returns 1 on failure, else 0."""
+    from tests.gpu.test_grouped import Grouped
+
+    iid = inst.id
+    try:
+        gen = torch.Generator(device=g.DEVICE).manual_seed(zlib.crc32(f"sanitizer-{iid}".encode()))
+        p = Grouped(inst, GROUP_SIZES, 520, 8 * inst.tile[2] + 48, gen)
+        torch.cuda.synchronize()
+        _say("launch", iid, f"grouped sizes {list(GROUP_SIZES)} n {p.n} k {p.k}")
+        p.launch()
+        torch.cuda.synchronize()
+        d = p.d_buf.cpu().double()
+        a, b = p.a.cpu().double(), p.b.cpu().double()
+        out = _host(d, p.d).clone()
+        owned = torch.zeros(p.m, dtype=torch.bool)
+        num = den = 0.0
+        for gi, first, end in p.group_rows():
+            if end > first:
+                owned[first:end] = True
+                ref = p.alpha * a[first:end] @ b[gi].T
+                assert not bool(torch.isnan(out[first:end]).any()), f"group {gi}: unwritten (NaN) rows"
+                num += float(torch.linalg.vector_norm(out[first:end] - ref)) ** 2
+                den += float(torch.linalg.vector_norm(ref)) ** 2
+        rel = (num / den) ** 0.5
+        bound = g.REL_BOUND[inst.d_dtype]
+        if g.is_fp8(inst):
+            bound = max(bound, g.FP8_ACC_REL_BOUND[bool(inst.fp8_fast_accum)])
+        assert rel < bound, f"||D - ref|| / ||ref|| = {rel:.3e} >= {bound:g}"
+        inside = torch.zeros(d.shape, dtype=torch.bool)
+        _host(inside, p.d)[owned] = True
+        untouched = d[~inside]
+        assert bool((untouched == g.D_SENTINEL).all()), "an element of D's buffer outside every group changed"
+        _say("ok", iid, f"rel_err={rel:.3e}")
+        return 0
+    except (Exception, AssertionError) as e:  # noqa: BLE001 - reported
+        _say("fail", iid, " ".join(f"{type(e).__name__}: {e}".split()))
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,9 @@ def _random_problem(rng: random.Random, rec) -> dict:
         # Split-K instances: any count the runtime accepts (1 .. k-tiles), and a workspace address.
         k_splits=rng.randint(1, scheduling.k_tiles(k, rec.spec.tile[2])),
         workspace=rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 16 * 16,
+        # Grouped instances: any group count, and a 4-byte aligned address of the row offsets.
+        groups=rng.choice([1, 2, 8, 256, rng.randint(1, 5000)]),
+        cu_seqlens_m=rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 4 * 4,
     )
 
 
@@ -90,16 +93,21 @@ def kernels(ci_build, tmp_path_factory):
 def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
-        assert [p.operand for p in rec.params if p.kind == "tensormap"] == list(spec.launch_operands), kinds
+        # A grouped instance's D is a plain tensor parameter (stored from registers), not a descriptor.
+        described = [op for op in spec.launch_operands if not (spec.varlen_m and op == "d")]
+        assert [p.operand for p in rec.params if p.kind == "tensormap"] == described, kinds
+        assert [p.operand for p in rec.params if p.kind == "tensor"] == (["d"] if spec.varlen_m else [])
         split = spec.k_split == "split"
         i32 = {"raster_along_m", "group_size", *(("k_splits",) if split else ())}
         assert {p.name for p in rec.params if p.kind == "i32"} == i32
-        assert {p.name for p in rec.params if p.kind == "pointer"} == ({"workspace"} if split else set())
+        pointers = {"workspace"} if split else {"cu_seqlens_m"} if spec.varlen_m else set()
+        assert {p.name for p in rec.params if p.kind == "pointer"} == pointers
         assert {p.name for p in rec.params if p.kind == "f32"} == (
             {"alpha", "beta"} if spec.has_c else {"alpha"}
         )
-        assert set(kinds) <= {"tensormap", "shape", "i32", "f32", "pointer", "opaque"}
+        assert set(kinds) <= {"tensormap", "tensor", "shape", "i32", "f32", "pointer", "opaque"}
     assert any(spec.k_split == "split" for spec, _, _ in kernels), "the ci profile lacks a split-K instance"
+    assert any(spec.varlen_m for spec, _, _ in kernels), "the ci profile lacks a grouped instance"
 
 
 @pytest.mark.parametrize("case_seed", [0])
@@ -110,14 +118,19 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
         ops = problem.layouts(rec.spec)
         for case in range(CASES):
             pr = _random_problem(rng, rec)
+            groups = pr["groups"] if spec.varlen_m else None
+            if spec.varlen_m:
+                pr["batch"] = 1
             values = problem.resolve(
-                rec.id, ops, pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"]
+                rec.id, ops, pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"], groups
             )
             values.update(zip([op.name for op in ops], pr["ptrs"]))
             for name in ("alpha", "beta", "raster_along_m", "group_size"):
                 values[name] = pr[name]
             if spec.k_split == "split":
                 values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
+            if spec.varlen_m:
+                values["cu_seqlens_m"] = pr["cu_seqlens_m"]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
             want = oracle.call(
                 host_args(
@@ -136,6 +149,13 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                         f"{where}: descriptor {p.operand} differs:\n"
                         f"ours   {decode(mine)}\ntheirs {decode(theirs)}"
                     )
+                elif p.kind == "tensor":  # the padding before the 8-byte aligned strides is not compared
+                    extents_at, strides_at, _ = p.tensor_layout()
+                    meaningful = extents_at + 4 * len(p.dims)
+                    assert (mine[:meaningful], mine[strides_at:]) == (
+                        theirs[:meaningful],
+                        theirs[strides_at:],
+                    ), f"{where}: tensor {p.operand} differs: {mine.hex()} != {theirs.hex()}"
                 elif p.kind != "opaque":
                     assert mine == theirs, (
                         f"{where}: parameter {index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
@@ -144,6 +164,10 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values["m"], values["n"], values["l"], *spec.problem_tile, *rec.cluster[:2]
             )
             total *= values.get("k_splits", 1)
+            if spec.varlen_m:
+                total = scheduling.grouped_cluster_tiles(
+                    values["m"], values["n"], values["g"], *spec.problem_tile, *rec.cluster[:2]
+                )
             grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
             assert want.grid == grid, where
             assert want.block == rec.block, where

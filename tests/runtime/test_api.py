@@ -25,6 +25,7 @@ from runtime.spec import GemmSpec
 pytestmark = pytest.mark.compiler
 A, B, D, C = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000, 0x7F40_0000_0000
 W = 0x7F50_0000_0000  # a split-K workspace
+S = 0x7F60_0000_0004  # a grouped launch's row offsets (int32: 4-byte aligned)
 PSS = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
@@ -58,6 +59,10 @@ def _expect(man, iid, values, clusters=66):
         values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
     )
     total *= values.get("k_splits", 1)  # split-K: one work unit per split of each tile
+    if rec.spec.varlen_m:  # grouped: a bound from the total rows and the group count
+        total = scheduling.grouped_cluster_tiles(
+            values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.cluster[:2]
+        )
     return want, scheduling.persistent_grid(total, clusters, *rec.cluster[:2])
 
 
@@ -77,10 +82,15 @@ def _values(
     beta=0.0,
     k_splits=None,
     workspace=None,
+    groups=None,
+    cu_seqlens_m=None,
 ):
     ops = problem.layouts(rec.spec)
-    values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)])
+    values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)], groups)
     cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.problem_tile, *rec.cluster[:2])
+    if groups is not None:
+        cm = -(-cm // groups)  # grouped: the walk of one group of the average size
+        values["cu_seqlens_m"] = cu_seqlens_m
     swap = rec.spec.swap_ab  # the kernel walks its own (transposed) tile grid
     along, g = scheduling.default_raster(*((cn, cm) if swap else (cm, cn)))
     values.update(
@@ -135,7 +145,7 @@ def _random_problem(rng: random.Random, rec) -> dict:
         m=m,
         n=n,
         k=k,
-        batch=rng.randint(1, 3),
+        batch=1 if rec.spec.varlen_m else rng.randint(1, 3),
         lds=tuple(lds),
         alpha=rng.uniform(-4, 4),
         beta=rng.uniform(-4, 4) if rec.spec.has_c else 0.0,
@@ -154,6 +164,9 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             kw = dict(m=pr["m"], n=pr["n"], k=pr["k"], batch=pr["batch"], lda=lds[0], ldb=lds[1], ldd=lds[2])
             if has_c:
                 kw["ldc"] = lds[3]
+            groups = rng.choice([1, 8, 256]) if rec.spec.varlen_m else None
+            if groups is not None:
+                kw["num_groups"] = groups
             # 2nd call: a cache hit with new pointers and scales, which must be patched in.
             calls = [
                 ((A, B, D), C, pr["alpha"], pr["beta"]),
@@ -161,8 +174,17 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             ]
             for ptrs, c, alpha, beta in calls:
                 ws = W + 16 * len(fake.launches) if rec.spec.k_split == "split" else None
+                cu = S + 4 * len(fake.launches) if groups is not None else None
                 runtime.launch(
-                    iid, ptrs, 0, c=c if has_c else None, alpha=alpha, beta=beta, workspace=ws, **kw
+                    iid,
+                    ptrs,
+                    0,
+                    c=c if has_c else None,
+                    alpha=alpha,
+                    beta=beta,
+                    workspace=ws,
+                    cu_seqlens_m=cu,
+                    **kw,
                 )
                 values = _values(
                     rec,
@@ -176,6 +198,8 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                     alpha=alpha,
                     beta=beta,
                     workspace=ws,
+                    groups=groups,
+                    cu_seqlens_m=cu,
                 )
                 want, grid = _expect(ci, iid, values)
                 got = fake.launches[-1]
@@ -656,3 +680,68 @@ def test_instances_without_split_k_refuse_its_arguments(ci, fake):
             runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64, **kw)
     assert not fake.launches
     assert runtime.workspace_bytes(iid, 256, 256, 64) == 0
+
+
+def _grouped(man) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_m]
+    assert ids, "the ci profile must hold a grouped instance (kernel_specs.yaml)"
+    return ids[0]
+
+
+def test_grouped_launch_sends_offsets_groups_and_d_and_bounds_the_grid(ci, fake):
+    iid = _grouped(ci)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    tile_m, tile_n, _ = rec.spec.tile
+    for m, groups in ((1000, 8), (1000, 256), (5, 1), (40000, 3)):
+        n, k = 1024, 512
+        for cu in (S, S + 64):  # the second launch is a cache hit: the new address must be patched in
+            runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, num_groups=groups, cu_seqlens_m=cu)
+            values = _values(rec, (A, B, D), m, n, k, groups=groups, cu_seqlens_m=cu)
+            want, grid = _expect(ci, iid, values)
+            got = fake.launches[-1]
+            _assert_sent(got, rec, want)
+            rows = tile_m * rec.cluster[0]
+            assert got.grid == grid and grid[0] == min((m + groups * (rows - 1)) // rows * (n // tile_n), 66)
+    # D travels as a plain tensor: its address word, extents (m, n, 1) and strides (ldd, m * ldd).
+    d = next(p for p in rec.params if p.kind == "tensor")
+    sent = fake.launches[-1].values[rec.params.index(d)]
+    assert int.from_bytes(sent[:8], "little") == D and struct.unpack_from("<3i", sent, 8) == (40000, 1024, 1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"num_groups": None}, r"num_groups=None: this grouped instance needs the number of groups"),
+        ({"num_groups": 0}, r"num_groups=0"),
+        ({"num_groups": 2.0}, r"num_groups=2.0"),
+        ({"cu_seqlens_m": None}, r"needs the groups' row offsets, but cu_seqlens_m is None"),
+        ({"cu_seqlens_m": S + 2}, r"cu_seqlens_m=.* is not a non-null, 4-byte aligned device address"),
+        ({"cu_seqlens_m": 0}, r"cu_seqlens_m=0 is not"),
+        ({"batch": 2}, r"batch=2 with a grouped instance"),
+        ({"k_splits": 2}, r"k_splits given, but this instance does not split K"),
+    ],
+)
+def test_bad_grouped_input_raises_before_launching(ci, fake, kw, message):
+    iid = _grouped(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    args = dict(m=1000, n=1024, k=512, num_groups=8, cu_seqlens_m=S)
+    args.update(kw)
+    with pytest.raises(runtime.InvalidArgumentError, match=message):
+        runtime.launch(iid, (A, B, D), 0, **args)
+    assert not fake.launches
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"num_groups": 8}, r"num_groups=8 given, but this instance is not grouped"),
+        ({"cu_seqlens_m": S}, r"cu_seqlens_m given, but this instance is not grouped"),
+    ],
+)
+def test_grouped_arguments_on_a_plain_instance_are_refused(ci, fake, kw, message):
+    iid = _plain(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    with pytest.raises(runtime.InvalidArgumentError, match=message):
+        runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=256, **kw)
+    assert not fake.launches

@@ -18,7 +18,7 @@ from fake_kernels import record
 from codegen.matrix import load_matrix
 from runtime import gpus, model, tuning
 from runtime.contract import Manifest
-from runtime.dispatch import ProblemClass, select
+from runtime.dispatch import ProblemClass, select, select_grouped
 from runtime.errors import CorruptArtifactError, InvalidArgumentError, NoInstanceError
 from runtime.spec import GemmSpec
 
@@ -170,7 +170,15 @@ def test_select_never_returns_an_instance_that_cannot_run(catalog_rt, default_sp
         for gpu in ("H200", "H100 PCIe"):
             for _ in range(4):
                 m, n, k = (16 * max(1, round(2 ** rng.uniform(0, 10))) for _ in range(3))
-                choice = select(m, n, k, batch=rng.choice((1, 3)), gpu=gpu, **_problem_kwargs(cls))
+                if cls.grouped:  # grouped classes are chosen by select_grouped (the cost model)
+                    kw = dict(a_dtype=cls.a_dtype, b_dtype=cls.b_dtype, d_dtype=cls.d_dtype, gpu=gpu)
+                    groups = rng.choice((1, 8, 256))
+                    choice = select_grouped(m, n, k, groups, fp8_fast_accum=cls.fp8_fast_accum, **kw)
+                    # The same dtypes and layouts as a plain problem: never a grouped instance.
+                    plain = select(m, n, k, gpu=gpu, **_problem_kwargs(cls))
+                    assert not GemmSpec.parse(plain.instance_id).varlen_m
+                else:
+                    choice = select(m, n, k, batch=rng.choice((1, 3)), gpu=gpu, **_problem_kwargs(cls))
                 spec = GemmSpec.parse(choice.instance_id)
                 assert ProblemClass.of(spec) == cls
                 assert choice.instance_id in catalog_rt.manifest.instances

@@ -116,7 +116,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("smem_bytes",), "232448", r"smem_bytes must be an integer"),
         (("sha256",), "ABC", r"sha256 must be 64 lowercase hex"),
         (("param_bytes",), 100, r"param_bytes 100 is smaller"),
-        (("grid",), "tiles", r"grid must be one of \['persistent_clusters'\]"),
+        (("grid",), "tiles", r"grid must be one of \[.persistent_clusters., .grouped_clusters.\]"),
         (("cluster",), [1, 1, 1], r"cluster \[1, 1, 1\] disagrees with the spec's cluster"),
         (("pdl",), 1, r"pdl must be true or false"),
         (("spec", "schedule"), "fast", r"spec is not a valid spec"),
@@ -127,7 +127,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("params", 9, "kind"), "f64", r"params\[9\]\.kind must be one of"),
         (("params", 6, "name"), "beta", r"carry the scales \['beta'\]"),
         (("params", 2, "tensormap", "dtype"), "fp16", r"tensormap\.dtype fp16 disagrees"),
-        (("future_field",), 1, r"future_field is not a field of contract version 4"),
+        (("future_field",), 1, r"future_field is not a field of contract version 5"),
     ],
 )
 def test_malformed_field_is_named(tmp_path, doc, path, value, message):

@@ -1,0 +1,348 @@
+"""`python -m build_tools.bench_moe`: grouped GEMM (mixture-of-experts layers) against torch and cuBLAS.
+
+The suite (issue 11; docs/PERF.md "Grouped GEMM"): the expert projections of three MoE models, each for
+T tokens routed top-k over E experts, T in {256, 1024, 4096, 16384}:
+- mixtral: Mixtral-8x7B-like, E = 8, top-2; up 14336 x 4096 (N x K), down 4096 x 14336;
+- moe128: a 128-expert top-8 model (Qwen3-30B-A3B-like: hidden 2048, expert FFN 768, gate and up fused),
+  up 1536 x 2048, down 2048 x 768;
+- deepseek: DeepSeek-V3-like, E = 256, top-8; up 2048 x 7168, down 7168 x 2048.
+Routing is skewed and deterministic: expert e is picked with probability proportional to 1 / rank(e) (Zipf,
+exponent 1, ranks a seeded permutation), max(1, E / 16) experts are never picked (empty groups), each token
+picks k distinct experts (torch.multinomial without replacement). The rows are sorted by expert, so group g
+is rows [s_g, s_g+1) of A (T * k rows in all), as a grouped GEMM takes them.
+
+Runners, per problem, each timed the same way (a CUDA graph holding --graph-iters calls, one replay between
+two CUDA events per round, rounds interleaved across the runners, median of --reps rounds):
+- ours: every shipped grouped instance of the dtype class (`hgemm_sm90.launch` with cu_seqlens_m), and the
+  one `hgemm_sm90.select_grouped` picks (reported as "ours");
+- torch._grouped_mm(A, B^T, offs) (bf16), or torch._scaled_grouped_mm with unit scales (e4m3), the grouped
+  GEMM torch ships (CUTLASS-based on sm_90);
+- a loop of one cuBLAS GEMM per non-empty expert (torch.mm, or torch._scaled_mm with unit scales), the
+  group sizes known on the host (captured into the same kind of graph: no host cost is timed).
+e4m3 runs twice: promoted accumulation (ours) vs torch's default, fast vs use_fast_accum=True.
+
+A benchmark, not a test: it checks the values only loosely (ours against torch's output, a relative
+Frobenius difference printed per problem) so a broken kernel cannot look fast. Needs torch and an sm_90 GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+MODELS = {
+    # name: (experts, top-k, ((projection, N, K), ...))
+    "mixtral": (8, 2, (("up", 14336, 4096), ("down", 4096, 14336))),
+    "moe128": (128, 8, (("up", 1536, 2048), ("down", 2048, 768))),
+    "deepseek": (256, 8, (("up", 2048, 7168), ("down", 7168, 2048))),
+}
+TOKENS = (256, 1024, 4096, 16384)
+SERIES = (("bf16", False), ("e4m3", False), ("e4m3", True))  # (input dtype, fp8 fast accumulation)
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: str
+    proj: str
+    tokens: int
+    experts: int
+    topk: int
+    n: int
+    k: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}.{self.proj} T={self.tokens}"
+
+
+def routing(torch, tokens: int, experts: int, topk: int, seed: int = 11) -> list[int]:
+    """Rows per expert for `tokens` tokens routed top-k with the suite's skew (see the module doc)."""
+    gen = torch.Generator().manual_seed(seed * 1000003 + tokens * 31 + experts)
+    rank = torch.randperm(experts, generator=gen) + 1
+    probs = 1.0 / rank.double()
+    empty = torch.randperm(experts, generator=gen)[: max(1, experts // 16)]
+    probs[empty] = 0.0
+    picks = torch.multinomial(probs.expand(tokens, experts), topk, replacement=False, generator=gen)
+    return torch.bincount(picks.flatten(), minlength=experts).tolist()
+
+
+def make_operands(torch, p: Problem, sizes: list[int], dtype: str):
+    rows = sum(sizes)
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float8_e4m3fn
+    a = (torch.randn(rows, p.k, device="cuda") * 0.5).to(tdt)
+    b = (torch.randn(p.experts, p.n, p.k, device="cuda") * 0.5).to(tdt)
+    d = torch.empty(rows, p.n, device="cuda", dtype=torch.bfloat16)
+    ends = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu = torch.cat([torch.zeros(1, device="cuda", dtype=torch.int32), ends])
+    return a, b, d, cu, ends
+
+
+def runners(torch, hg, p: Problem, sizes, ops, dtype: str, fast: bool):
+    """(label, call) pairs: our instances of the class, then torch's grouped GEMM and the cuBLAS loop."""
+    a, b, d, cu, ends = ops
+    rows = a.shape[0]
+    out = []
+    insts = [
+        i
+        for i in hg.instances()
+        if i.varlen_m and i.a_dtype == dtype and i.d_dtype == "bf16" and bool(i.fp8_fast_accum) == fast
+    ]
+    for inst in insts:
+
+        def ours(iid=inst.id):
+            hg.launch(
+                iid,
+                (a.data_ptr(), b.data_ptr(), d.data_ptr()),
+                torch.cuda.current_stream(),
+                m=rows,
+                n=p.n,
+                k=p.k,
+                cu_seqlens_m=cu.data_ptr(),
+                num_groups=p.experts,
+            )
+
+        out.append((inst.id, ours))
+    bt = b.transpose(1, 2)
+    if dtype == "bf16":
+        out.append(
+            ("torch._grouped_mm", lambda: torch._grouped_mm(a, bt, offs=ends, out_dtype=torch.bfloat16))
+        )
+    else:
+        sa = torch.ones(rows, device="cuda", dtype=torch.float32)
+        sb = torch.ones(p.experts, p.n, device="cuda", dtype=torch.float32)
+        out.append(
+            (
+                "torch._scaled_grouped_mm",
+                lambda: torch._scaled_grouped_mm(
+                    a, bt, sa, sb, offs=ends, out_dtype=torch.bfloat16, use_fast_accum=fast
+                ),
+            )
+        )
+    starts = [0]
+    for s in sizes:
+        starts.append(starts[-1] + s)
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+
+    def loop():
+        for e, s in enumerate(sizes):
+            if s == 0:
+                continue
+            x, y = a[starts[e] : starts[e + 1]], b[e]
+            if dtype == "bf16":
+                torch.mm(x, y.t(), out=d[starts[e] : starts[e + 1]])
+            else:
+                torch._scaled_mm(
+                    x, y.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast
+                )
+
+    out.append(("cublas loop", loop))
+    return out
+
+
+def graph_of(torch, call, iters: int, stream):
+    """A CUDA graph of `iters` calls (warm-up call first, outside the capture), or None if capture fails."""
+    with torch.cuda.stream(stream):
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(iters):
+            call()
+    return graph
+
+
+def time_graphs(torch, graphs: dict, iters: int, reps: int, stream) -> dict:
+    """Median µs per call of each graph, rounds interleaved (rotating start) across the runners."""
+    times = {name: [] for name in graphs}
+    names = list(graphs)
+    for r in range(reps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(1_000_000)  # the replay is fully enqueued when `start` fires
+                start.record(stream)
+                graphs[name].replay()
+                end.record(stream)
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1000.0 / iters)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def bench(torch, hg, p: Problem, dtype: str, fast: bool, iters: int, reps: int, stream) -> dict:
+    sizes = routing(torch, p.tokens, p.experts, p.topk)
+    ops = make_operands(torch, p, sizes, dtype)
+    calls = runners(torch, hg, p, sizes, ops, dtype, fast)
+    graphs, skipped = {}, {}
+    for name, call in calls:
+        try:
+            graphs[name] = graph_of(torch, call, iters, stream)
+        except Exception as e:  # noqa: BLE001 - a baseline torch lacks is reported, not fatal
+            skipped[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            torch.cuda.synchronize()
+    us = time_graphs(torch, graphs, iters, reps, stream)
+    a, b, d, cu, ends = ops
+    rows = a.shape[0]
+    choice = hg.select_grouped(rows, p.n, p.k, p.experts, a_dtype=dtype, d_dtype="bf16", fp8_fast_accum=fast)
+    # Loose value check: our chosen instance against torch's grouped GEMM (or the loop's output).
+    d.zero_()
+    hg.launch(
+        choice.instance_id,
+        (a.data_ptr(), b.data_ptr(), d.data_ptr()),
+        torch.cuda.current_stream(),
+        m=rows,
+        n=p.n,
+        k=p.k,
+        cu_seqlens_m=cu.data_ptr(),
+        num_groups=p.experts,
+    )
+    mine = d.float().clone()
+    bt = b.transpose(1, 2)
+    ref = torch.empty_like(mine)
+    start = 0
+    for e, s in enumerate(sizes):
+        if s:
+            ref[start : start + s] = a[start : start + s].float() @ bt[e].float()
+        start += s
+    rel = ((mine - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    ours = {n: t for n, t in us.items() if n.startswith("sm90_")}
+    best = min(ours, key=ours.get)
+    flop = 2.0 * rows * p.n * p.k
+    res = {
+        "problem": p.name,
+        "model": p.model,
+        "proj": p.proj,
+        "tokens": p.tokens,
+        "experts": p.experts,
+        "topk": p.topk,
+        "n": p.n,
+        "k": p.k,
+        "rows": rows,
+        "empty_groups": sum(1 for s in sizes if s == 0),
+        "max_group": max(sizes),
+        "dtype": dtype,
+        "fast_accum": fast,
+        "us": us,
+        "skipped": skipped,
+        "chosen": choice.instance_id,
+        "chosen_us": us.get(choice.instance_id),
+        "best": best,
+        "best_us": ours[best],
+        "rel_diff": rel,
+        "tflops_chosen": flop / us[choice.instance_id] / 1e6 if choice.instance_id in us else None,
+    }
+    for base in ("torch._grouped_mm", "torch._scaled_grouped_mm", "cublas loop"):
+        if base in us:
+            res[f"vs {base}"] = us[base] / us[choice.instance_id]
+    return res
+
+
+def _geomean(xs) -> float:
+    xs = [x for x in xs if x == x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def render_markdown(results: list[dict], env: dict, command: str) -> str:
+    """The suite's tables for docs/PERF.md: one per series, then the goals' summary."""
+    lines = [
+        f"`{command}` ({env['date']}, {env['gpu']}, torch {env['torch']})",
+        "",
+    ]
+    series = []
+    for r in results:
+        key = (r["dtype"], r["fast_accum"])
+        if key not in series:
+            series.append(key)
+    summary = []
+    for dtype, fast in series:
+        rows = [r for r in results if (r["dtype"], r["fast_accum"]) == (dtype, fast)]
+        base = "torch._grouped_mm" if dtype == "bf16" else "torch._scaled_grouped_mm"
+        name = dtype + (
+            " fast accumulation" if fast else (" promoted accumulation" if dtype != "bf16" else "")
+        )
+        lines += [
+            f"**{name}** (ours: the instance `select_grouped` picks; vs: time of the baseline / ours)",
+            "",
+            f"| problem | rows | largest group | empty | ours µs | TFLOP/s | vs {base} | vs cuBLAS loop "
+            "| picked |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for r in rows:
+            pick = r["chosen"].split("_kkn_")[1]
+            vs_torch = r.get("vs " + base, float("nan"))
+            lines.append(
+                f"| {r['problem']} | {r['rows']} | {r['max_group']} | {r['empty_groups']} | "
+                f"{r['chosen_us']:.1f} | {r['tflops_chosen']:.0f} | {vs_torch:.2f} | "
+                f"{r.get('vs cublas loop', float('nan')):.2f} | {pick} |"
+            )
+        lines.append("")
+        vs_torch = [r.get("vs " + base, float("nan")) for r in rows]
+        vs_loop = [r.get("vs cublas loop", float("nan")) for r in rows if r["experts"] >= 64]
+        summary.append(
+            f"| {name} | {_geomean(vs_torch):.3f} | {min(vs_torch):.2f} | {_geomean(vs_loop):.2f} | "
+            f"{min(vs_loop) if vs_loop else float('nan'):.2f} |"
+        )
+    lines += [
+        "| series | geomean vs torch | min vs torch | geomean vs loop (E >= 64) | min vs loop (E >= 64) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *summary,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m build_tools.bench_moe", description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--series", default="bf16,e4m3,e4m3-fast", help="bf16, e4m3 (promoted), e4m3-fast")
+    ap.add_argument("--graph-iters", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--json", help="write every result here")
+    ap.add_argument("--markdown", help="write the tables for docs/PERF.md here")
+    args = ap.parse_args(argv)
+    import torch
+
+    import hgemm_sm90 as hg
+
+    series = {"bf16": ("bf16", False), "e4m3": ("e4m3", False), "e4m3-fast": ("e4m3", True)}
+    chosen_series = [series[s] for s in args.series.split(",")]
+    stream = torch.cuda.Stream()
+    results = []
+    t0 = time.time()
+    for model in args.models.split(","):
+        experts, topk, projs = MODELS[model]
+        for proj, n, k in projs:
+            for tokens in map(int, args.tokens.split(",")):
+                p = Problem(model, proj, tokens, experts, topk, n, k)
+                for dtype, fast in chosen_series:
+                    r = bench(torch, hg, p, dtype, fast, args.graph_iters, args.reps, stream)
+                    results.append(r)
+                    base = "torch._grouped_mm" if dtype == "bf16" else "torch._scaled_grouped_mm"
+                    label = dtype + ("-fast" if fast else "")
+                    vs_torch = r.get("vs " + base, float("nan"))
+                    print(
+                        f"{p.name:<26} {label:<9} rows {r['rows']:>6} ours {r['chosen_us']:9.1f} us "
+                        f"({r['tflops_chosen']:6.1f} TF) vs {base[6:]} {vs_torch:5.2f}x "
+                        f"vs loop {r.get('vs cublas loop', float('nan')):5.2f}x  best {r['best'][-40:]} "
+                        f"{r['best_us']:9.1f}  diff {r['rel_diff']:.1e}  [{time.time() - t0:5.0f} s]",
+                        flush=True,
+                    )
+                    for name, why in r["skipped"].items():
+                        print(f"    {name}: not timed ({why})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "results": results},
+                f,
+                indent=1,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""GPU tier: grouped GEMM with a per-group M (`varlen` "m", id suffix `_varlenm`), every shipped instance.
+
+A grouped launch computes, for each group g of rows [s_g, s_g+1) of A and D, D[s_g:s_g+1] = alpha *
+A[s_g:s_g+1] @ B[g]^T, with the offsets s read by the kernel from a device int32 array. Checked here:
+- group sizes that stress the walk: empty groups (first, last, runs of them), one-row groups, sizes that
+  are not a multiple of 8 or of the tile, a group spanning many tiles, G = 1 and G = 256, against a
+  per-group fp64 reference (error judged against torch's own per-group GEMM, as tests/gpu/gemm_util.py
+  does for plain GEMMs), with D poisoned with NaN (an unwritten row fails) and rows past s_G, D's row
+  padding and the guards after it holding a sentinel that must stay bitwise unchanged (a row written past
+  its group's end or past D fails);
+- offsets outside [0, m] (a malformed cu_seqlens_m): the kernel clamps them and writes nothing outside D;
+- a CUDA graph captured once and replayed after the offsets changed on the device: the replay follows the
+  new sizes (nothing about them is read on the host);
+- the grouped form of gemm() (hgemm_sm90.grouped_gemm) with torch tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gpu import gemm_util as g
+
+torch = g.torch
+hgemm_sm90 = g.hgemm_sm90
+pytestmark = pytest.mark.gpu
+
+GROUPED = g.GROUPED
+SENTINEL = g.D_SENTINEL
+
+
+def _id(inst) -> str:
+    return inst.id
+
+
+def offsets(sizes) -> list[int]:
+    out = [0]
+    for s in sizes:
+        out.append(out[-1] + s)
+    return out
+
+
+class Grouped:
+    """One grouped problem: A (m, k) and D (m, n) row-major with padded rows (lda = k + pad, ldd = n + pad),
+    B (G, n, k) K-major with a padded batch stride, the offsets on the device, guards after every buffer."""
+
+    def __init__(self, inst, sizes, n: int, k: int, gen, extra_rows: int = 3, seqlens=None, m=None):
+        self.inst, self.n, self.k = inst, n, k
+        self.seqlens = offsets(sizes) if seqlens is None else list(seqlens)
+        # Rows past s_G (must stay untouched), or the caller's m.
+        self.m = max(self.seqlens[-1], 0) + extra_rows if m is None else m
+        self.groups = len(self.seqlens) - 1
+        in_dtype = g.TORCH_DTYPE[inst.a_dtype]
+        self.d_dtype = g.TORCH_DTYPE[inst.d_dtype]
+        align = 16 // g.ELEM_BYTES[str(inst.a_dtype)]
+        self.lda = g.round_up(k, align) + align
+        self.ldd = n + 16 // g.ELEM_BYTES[str(inst.d_dtype)]
+        self.bsb = n * self.lda + align * 4
+        std = g.input_std(inst, k)
+        self.a_buf = g.random_values((self.m * self.lda + 64,), in_dtype, gen, std).to(in_dtype)
+        self.b_buf = g.random_values((self.groups * self.bsb + 64,), in_dtype, gen, std).to(in_dtype)
+        self.a = self.a_buf[: self.m * self.lda].view(self.m, self.lda)[:, :k]
+        self.b = torch.as_strided(self.b_buf, (self.groups, n, k), (self.bsb, self.lda, 1))
+        self.d_buf = torch.full((self.m * self.ldd + 64,), SENTINEL, dtype=self.d_dtype, device=g.DEVICE)
+        self.d = self.d_buf[: self.m * self.ldd].view(self.m, self.ldd)[:, :n]
+        self.alpha = g.random_scale(gen)
+        self.cu = torch.tensor(self.seqlens, dtype=torch.int32, device=g.DEVICE)
+        self.poison()
+
+    def poison(self):
+        """NaN in every row a group owns (clamped to [0, m], as the kernel clamps); the sentinel elsewhere."""
+        self.d_buf.fill_(SENTINEL)
+        lo = min(max(self.seqlens[0], 0), self.m)
+        hi = self.owned_end()
+        self.d[lo:hi] = float("nan")
+
+    def owned_end(self) -> int:
+        """The end of the rows some group owns after the kernel's clamping."""
+        end, prev = 0, 0
+        for s in self.seqlens:
+            prev = min(max(s, prev), self.m)
+            end = max(end, prev)
+        return end
+
+    def launch(self, stream=None, **kw):
+        hgemm_sm90.launch(
+            self.inst.id,
+            (self.a.data_ptr(), self.b.data_ptr(), self.d.data_ptr()),
+            torch.cuda.current_stream() if stream is None else stream,
+            m=self.m,
+            n=self.n,
+            k=self.k,
+            lda=self.lda,
+            ldb=self.lda,
+            ldd=self.ldd,
+            batch_stride_b=self.bsb,
+            alpha=self.alpha,
+            cu_seqlens_m=self.cu.data_ptr(),
+            num_groups=self.groups,
+            **kw,
+        )
+
+    def group_rows(self):
+        """(g, first, end) of each group, clamped like the kernel (tile_scheduler.group_rows)."""
+        for gi in range(self.groups):
+            first = min(max(self.seqlens[gi], 0), self.m)
+            end = min(max(self.seqlens[gi + 1], first), self.m)
+            yield gi, first, end
+
+    def check(self, what: str = "", values: bool = True):
+        """Every owned row against the reference (unless `values` is False: then only written, not NaN);
+        everything else of D's buffer still the sentinel."""
+        torch.cuda.synchronize()
+        fast = bool(self.inst.fp8_fast_accum)
+        written = torch.zeros(self.m, dtype=torch.bool, device=g.DEVICE)
+        for gi, first, end in self.group_rows():
+            if end == first:
+                continue
+            written[first:end] = True
+            a = self.a[first:end].unsqueeze(0)
+            b = self.b[gi].unsqueeze(0)
+            ref = (a.double() @ b.double().mT)[0] * self.alpha
+            acc, via = g.torch_accumulator(a, b, fast)
+            theirs = (acc[0] * self.alpha).to(self.d_dtype).double()
+            ours = self.d[first:end].double()
+            where = f"{self.inst.id} {what} group {gi} rows [{first}, {end})"
+            assert not torch.isnan(ours).any(), f"{where}: unwritten (NaN) rows of D"
+            if not values:
+                continue
+            scale = ref.abs().max().item() or 1.0
+            err_ours = (ours - ref).abs().max().item()
+            err_torch = (theirs - ref).abs().max().item()
+            bound = g.K_FACTOR_FP8_FAST if fast else g.K_FACTOR
+            assert err_ours <= bound * err_torch + g.ATOL_REL * scale + 1e-30, (
+                f"{where}: max error {err_ours:.3g} vs {via} {err_torch:.3g} (|ref| max {scale:.3g})"
+            )
+        # Rows no group owns, the row padding and the guards: the sentinel, bitwise.
+        unowned = self.d[~written]
+        assert bool((unowned == SENTINEL).all()), (
+            f"{self.inst.id} {what}: a row outside every group was written"
+        )
+        pad = self.d_buf[: self.m * self.ldd].view(self.m, self.ldd)[:, self.n :]
+        assert bool((pad == SENTINEL).all()), f"{self.inst.id} {what}: D's row padding was written"
+        tail = self.d_buf[self.m * self.ldd :]
+        assert bool((tail == SENTINEL).all()), f"{self.inst.id} {what}: the guard after D was written"
+
+
+# Group sizes: (name, sizes). Every list has empty groups except "one", and sizes not a multiple of 8.
+SIZES = [
+    ("one", [333]),
+    ("ragged", [0, 1, 7, 0, 130, 64, 0, 0, 257, 3, 0]),
+    ("ones", [1] * 9 + [0, 2]),
+    ("big_last", [5, 0, 1000]),
+    ("empty_ends", [0, 0, 17, 128, 129, 0, 0]),
+]
+
+
+def _n_k(inst):
+    return 520, 8 * inst.tile[2] + 48  # a partial last column tile and k-tile (16-byte rows for fp8 too)
+
+
+@pytest.mark.parametrize("inst", GROUPED, ids=_id)
+@pytest.mark.parametrize(("name", "sizes"), SIZES, ids=[s[0] for s in SIZES])
+def test_grouped_sizes(inst, name, sizes, gen):
+    n, k = _n_k(inst)
+    p = Grouped(inst, sizes, n, k, gen)
+    p.launch()
+    p.check(name)
+
+
+@pytest.mark.parametrize("inst", GROUPED, ids=_id)
+def test_256_groups(inst, gen):
+    """G = 256 (a DeepSeek-V3-like layer's experts), skewed sizes with many empty experts."""
+    sizes_gen = torch.Generator().manual_seed(256)
+    raw = torch.randint(0, 40, (256,), generator=sizes_gen)
+    raw[torch.randperm(256, generator=sizes_gen)[:60]] = 0
+    p = Grouped(inst, raw.tolist(), 264, 2 * inst.tile[2], gen)
+    p.launch()
+    p.check("G=256")
+
+
+@pytest.mark.parametrize("inst", GROUPED[:2], ids=_id)
+def test_malformed_offsets_write_nothing_outside_d(inst, gen):
+    """Offsets that decrease, start negative or run past m: clamped into [0, m], no write outside D. (The
+    clamped groups overlap, so a row's value may come from either group: only "written, nowhere else"
+    is checked.)"""
+    n, k = _n_k(inst)
+    p = Grouped(inst, [], n, k, gen, seqlens=[-5, 40, 30, 90, 400], m=200)  # cu_seqlens_m[G] = 400 > m
+    p.launch()
+    p.check("malformed offsets", values=False)
+
+
+@pytest.mark.parametrize("inst", GROUPED[:1], ids=_id)
+def test_graph_replay_follows_new_offsets(inst, gen):
+    """Capture once, change the offsets on the device, replay: the new group sizes are computed."""
+    n, k = _n_k(inst)
+    first, second = [40, 0, 200, 9], [0, 129, 1, 119]
+    p = Grouped(inst, first, n, k, gen)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        p.launch(stream)  # warm-up (first call prepares the launch) outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        p.launch(stream)
+    for sizes in (first, second):
+        p.seqlens = offsets(sizes)
+        p.cu.copy_(torch.tensor(p.seqlens, dtype=torch.int32))  # on the device, no host read by us
+        p.poison()
+        graph.replay()
+        p.check(f"graph replay {sizes}")
+
+
+# --- grouped_gemm(): torch tensors, dispatched ----------------------------------------------------------
+
+GROUPED_CLASSES = sorted({(str(i.a_dtype), bool(i.fp8_fast_accum)) for i in GROUPED})
+
+
+@pytest.mark.parametrize(("dtype", "fast"), GROUPED_CLASSES)
+def test_grouped_gemm_torch_tensors(dtype, fast, gen):
+    """grouped_gemm(x, w.transpose(1, 2), offsets) against a per-group fp64 reference: what the instance
+    select_grouped picks computes, with the layouts a MoE layer has (w is (G, N, K) row-major)."""
+    tdt = g.TORCH_DTYPE[dtype]
+    sizes = [0, 37, 1, 300, 0, 129, 64]
+    cu = torch.tensor(offsets(sizes), dtype=torch.int32, device=g.DEVICE)
+    m, n, k = sum(sizes), 1040, 768
+    std = 1.0 if dtype == "bf16" else 0.5
+    x = g.random_values((m, k), tdt, gen, std).to(tdt)
+    w = g.random_values((len(sizes), n, k), tdt, gen, std).to(tdt)
+    y = hgemm_sm90.grouped_gemm(x, w.transpose(1, 2), cu, alpha=0.5, fp8_fast_accum=fast)
+    assert y.shape == (m, n) and y.dtype == torch.bfloat16
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=g.DEVICE)
+    assert hgemm_sm90.grouped_gemm(x, w.transpose(1, 2), cu, out, alpha=0.5, fp8_fast_accum=fast) is out
+    torch.cuda.synchronize()
+    for gi, (first, end) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+        if end == first:
+            continue
+        ref = 0.5 * (x[first:end].double() @ w[gi].double().T)
+        for got in (y, out):
+            rel = ((got[first:end].double() - ref).norm() / ref.norm()).item()
+            bound = g.REL_BOUND["bf16"]
+            if dtype != "bf16":
+                bound = max(bound, g.FP8_ACC_REL_BOUND[fast])
+            assert rel < bound, f"group {gi}: relative error {rel:.3g}"
+
+
+def test_grouped_gemm_refuses_bad_arguments():
+    x = torch.zeros(64, 128, device=g.DEVICE, dtype=torch.bfloat16)
+    w = torch.zeros(4, 256, 128, device=g.DEVICE, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 16, 32, 48, 64], dtype=torch.int32, device=g.DEVICE)
+    column_major_x = torch.zeros(128, 64, device=g.DEVICE, dtype=torch.bfloat16).t()
+    square_w = torch.zeros(4, 128, 128, device=g.DEVICE, dtype=torch.bfloat16)
+    bad = [
+        ((x, w, cu), "make K agree"),  # w not transposed: (G, N, K) taken as (G, K, N)
+        ((x, square_w, cu), "K is not contiguous in each group"),  # the same mistake, square weights
+        ((x, w.transpose(1, 2), cu[:-1]), r"pass the 5 row offsets"),
+        ((x, w.transpose(1, 2), cu.long()), r"torch.int64 tensor"),
+        ((column_major_x, w.transpose(1, 2), cu), "K is not contiguous"),
+        ((x[None], w.transpose(1, 2), cu), "takes a 2-D a"),
+    ]
+    for args, message in bad:
+        with pytest.raises(hgemm_sm90.InvalidArgumentError, match=message):
+            hgemm_sm90.grouped_gemm(*args)
