@@ -60,15 +60,23 @@ class Problem:
         return f"{self.model}.{self.proj} T={self.tokens}"
 
 
-def routing(torch, tokens: int, experts: int, topk: int, seed: int = 11) -> list[int]:
-    """Rows per expert for `tokens` tokens routed top-k with the suite's skew (see the module doc)."""
+def route(torch, tokens: int, experts: int, topk: int, seed: int = 11):
+    """(rows per expert, token of each expert-sorted row) for `tokens` tokens routed top-k with the
+    suite's skew (see the module doc)."""
     gen = torch.Generator().manual_seed(seed * 1000003 + tokens * 31 + experts)
     rank = torch.randperm(experts, generator=gen) + 1
     probs = 1.0 / rank.double()
     empty = torch.randperm(experts, generator=gen)[: max(1, experts // 16)]
     probs[empty] = 0.0
     picks = torch.multinomial(probs.expand(tokens, experts), topk, replacement=False, generator=gen)
-    return torch.bincount(picks.flatten(), minlength=experts).tolist()
+    sizes = torch.bincount(picks.flatten(), minlength=experts).tolist()
+    token_of_row = torch.argsort(picks.flatten(), stable=True) // topk
+    return sizes, token_of_row
+
+
+def routing(torch, tokens: int, experts: int, topk: int, seed: int = 11) -> list[int]:
+    """Rows per expert (see `route`)."""
+    return route(torch, tokens, experts, topk, seed)[0]
 
 
 def make_operands(torch, p: Problem, sizes: list[int], dtype: str):
@@ -295,6 +303,48 @@ def render_markdown(results: list[dict], env: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def bench_gather(torch, hg, p: Problem, dtype: str, fast: bool, iters: int, reps: int, stream) -> dict:
+    """Gathered A (the token permutation fused into the load) against a separate gather (torch's
+    ``index_select``, one kernel) followed by the ungathered grouped GEMM, through the instances
+    `select_grouped` picks for each, both in CUDA graphs."""
+    sizes, token_of_row = route(torch, p.tokens, p.experts, p.topk)
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float8_e4m3fn
+    x = (torch.randn(p.tokens, p.k, device="cuda") * 0.5).to(tdt)
+    idx = token_of_row.to(torch.int32).cuda()
+    _, b, d, cu, _ = make_operands(torch, p, sizes, dtype)
+    rows = len(idx)
+    xg = torch.empty(rows, p.k, device="cuda", dtype=tdt)
+    kw = dict(a_dtype=dtype, d_dtype="bf16", fp8_fast_accum=fast)
+    gathered = hg.select_grouped(rows, p.n, p.k, p.experts, gather_a=True, **kw).instance_id
+    plain = hg.select_grouped(rows, p.n, p.k, p.experts, **kw).instance_id
+    grouping = dict(m=rows, n=p.n, k=p.k, cu_seqlens_m=cu.data_ptr(), num_groups=p.experts)
+
+    def fused():
+        ptrs = (x.data_ptr(), b.data_ptr(), d.data_ptr())
+        stream_now = torch.cuda.current_stream()
+        hg.launch(gathered, ptrs, stream_now, a_idx=idx.data_ptr(), a_rows=p.tokens, **grouping)
+
+    def separate():
+        torch.index_select(x.view(torch.uint8), 0, idx, out=xg.view(torch.uint8))  # fp8 has no index kernel
+        hg.launch(plain, (xg.data_ptr(), b.data_ptr(), d.data_ptr()), torch.cuda.current_stream(), **grouping)
+
+    graphs = {
+        "gathered": graph_of(torch, fused, iters, stream),
+        "gather + grouped": graph_of(torch, separate, iters, stream),
+    }
+    us = time_graphs(torch, graphs, iters, reps, stream)
+    return {
+        "problem": p.name,
+        "dtype": dtype,
+        "fast_accum": fast,
+        "rows": rows,
+        "us": us,
+        "gathered": gathered,
+        "plain": plain,
+        "ratio": us["gather + grouped"] / us["gathered"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m build_tools.bench_moe", description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
@@ -304,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--markdown", help="write the tables for docs/PERF.md here")
+    ap.add_argument(
+        "--gather", action="store_true", help="time gathered A against a separate gather + grouped GEMM"
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -320,6 +373,17 @@ def main(argv: list[str] | None = None) -> int:
             for tokens in map(int, args.tokens.split(",")):
                 p = Problem(model, proj, tokens, experts, topk, n, k)
                 for dtype, fast in chosen_series:
+                    if args.gather:
+                        r = bench_gather(torch, hg, p, dtype, fast, args.graph_iters, args.reps, stream)
+                        results.append(r)
+                        print(
+                            f"{p.name:<26} {dtype}{'-fast' if fast else '':<5} rows {r['rows']:>6} "
+                            f"gathered {r['us']['gathered']:9.1f} us, gather + grouped "
+                            f"{r['us']['gather + grouped']:9.1f} us: {r['ratio']:.3f}x  "
+                            f"[{time.time() - t0:5.0f} s]",
+                            flush=True,
+                        )
+                        continue
                     r = bench(torch, hg, p, dtype, fast, args.graph_iters, args.reps, stream)
                     results.append(r)
                     base = "torch._grouped_mm" if dtype == "bf16" else "torch._scaled_grouped_mm"
@@ -334,13 +398,26 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for name, why in r["skipped"].items():
                         print(f"    {name}: not timed ({why})")
+    env = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+    }
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(
-                {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "results": results},
-                f,
-                indent=1,
-            )
+            json.dump({**env, "results": results}, f, indent=1)
+    if args.markdown:
+        command = "python -m build_tools.bench_moe " + " ".join(argv if argv is not None else sys.argv[1:])
+        with open(args.markdown, "w") as f:
+            if args.gather:
+                ratios = [r["ratio"] for r in results]
+                f.write(
+                    f"`{command.strip()}` ({env['date']}, {env['gpu']}, torch {env['torch']}): "
+                    f"(gather + grouped) / gathered over {len(ratios)} problems: geomean "
+                    f"{_geomean(ratios):.3f}x, min {min(ratios):.3f}x\n"
+                )
+            else:
+                f.write(render_markdown(results, env, command.strip()))
     return 0
 
 

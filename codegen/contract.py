@@ -39,7 +39,7 @@ from runtime.contract import (
     Param,
     TensorMapRecipe,
 )
-from runtime.spec import EXTENTS, OPERAND_EXTENTS, STRIDES, GemmSpec, Varlen, batch_stride_name, ld_name
+from runtime.spec import EXTENTS, STRIDES, GemmSpec, Varlen, batch_stride_name, ld_name
 
 from .cubin_info import CubinInfo
 from .dsl import CompiledInstance, host_pointers, host_scalars
@@ -76,6 +76,7 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             "k": 776,
             "l": 3,
             "g": 9,
+            "ma": 1544,
             "raster_along_m": 1,
             "group_size": 5,
             "max_active_clusters": 7,
@@ -86,6 +87,7 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             "k": 264,
             "l": 2,
             "g": 10,
+            "ma": 776,
             "raster_along_m": 0,
             "group_size": 3,
             "max_active_clusters": 11,
@@ -100,9 +102,9 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
         for i, name in enumerate(host_pointers(spec)):
             v[name] = 0x7E00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x2000
         for i, op in enumerate(spec.operands):
-            rows, cols = OPERAND_EXTENTS[op]
+            rows, cols = spec.extents(op)
             contiguous = spec.contiguous_extent(op)
-            other = cols if contiguous == rows else rows
+            other = rows if contiguous == cols else cols
             align = TMA_ALIGN_BYTES // spec.dtype_of(op).bytes  # elements per 16 bytes (TMA's rule)
             ld = -(-v[contiguous] // align) * align + align * (3 + 2 * i + 7 * p)  # padded, aligned
             v[ld_name(op)] = ld
@@ -229,7 +231,7 @@ def _word_param(
     # `operand` is informational (the runtime fills extents by `dims`). D and C share their extents (M, N,
     # L); the DSL passes each descriptor followed by its coordinate tensor, so the preceding descriptor's
     # operand breaks the tie.
-    owners = [op for op in spec.operands if set(dims) == {*OPERAND_EXTENTS[op], spec.batch_extent(op)}]
+    owners = [op for op in spec.operands if set(dims) == {*spec.extents(op), spec.batch_extent(op)}]
     operand = last_operand if last_operand in owners else (owners[0] if owners else "problem")
     return Param("shape", offset, size, operand=operand, dims=dims)
 

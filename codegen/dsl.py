@@ -46,12 +46,12 @@ def host_pointers(spec: GemmSpec) -> tuple[str, ...]:
     if spec.k_split == KSplit.split:
         return ("workspace",)
     if spec.varlen == Varlen.m:
-        return ("cu_seqlens_m",)
+        return ("cu_seqlens_m", "a_idx") if spec.gather_a else ("cu_seqlens_m",)
     return ()
 
 
 # Each raw pointer's element type (a DSL type name) and the byte alignment the runtime guarantees for it.
-POINTER_TYPES = {"workspace": ("Float32", 16), "cu_seqlens_m": ("Int32", 4)}
+POINTER_TYPES = {"workspace": ("Float32", 16), "cu_seqlens_m": ("Int32", 4), "a_idx": ("Int32", 4)}
 
 
 def configure_environment(dump_dir: str | os.PathLike) -> None:
@@ -101,6 +101,7 @@ def kernel_config(spec: GemmSpec):
         k_acc_buffers=regs.k_acc_buffers,
         k_split=spec.k_split == KSplit.split,
         varlen_m=spec.varlen == Varlen.m,
+        gather_a=spec.gather_a,
     )
 
 
@@ -115,6 +116,7 @@ def _fake_operands(spec: GemmSpec):
     from cutlass.cute.runtime import make_fake_tensor
 
     m, n, k, l, g = (cute.sym_int32(symbol=s) for s in "MNKLG")
+    ma = cute.sym_int32(symbol="MA")  # rows of a gathered A (the rows a_idx indexes)
 
     def operand(dtype: DType, rows, cols, major_is_rows: bool, name: str, batches=l):
         align = 16 * 8 // dtype.bits
@@ -123,7 +125,7 @@ def _fake_operands(spec: GemmSpec):
         stride = (1, ld, batch) if major_is_rows else (ld, 1, batch)
         return make_fake_tensor(cutlass_dtype(dtype), (rows, cols, batches), stride, assumed_align=16)
 
-    a = operand(spec.a_dtype, m, k, spec.a_major == "m", "a")
+    a = operand(spec.a_dtype, ma if spec.gather_a else m, k, spec.a_major == "m", "a")
     b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b", g if spec.varlen == Varlen.m else l)
     d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d")
     if not spec.has_c:

@@ -149,6 +149,11 @@ def smem_plan(spec: GemmSpec) -> SmemPlan:
 # here (through codegen/dsl.py: that module needs cutlass, this one must not).
 PRODUCER_REGS = {1: 40, 2: 40, 3: 32}  # by consumer warpgroups per CTA
 CONSUMER_REGS = {1: 232, 2: 232, 3: 160}
+# Gathered A: every producer thread keeps its tile rows' source indices for the current and the next tile
+# and issues the cp.async copies; 40 registers spilled 24-32 bytes per thread (128 x 256 tiles,
+# 2026-12-01). 56 + 2 x 224 fills the register file as 40 + 2 x 232 does.
+GATHER_PRODUCER_REGS = {1: 56, 2: 56}
+GATHER_CONSUMER_REGS = {1: 232, 2: 224}
 # What a consumer thread needs besides accumulators: fragment descriptors, pipeline and scheduler state,
 # the epilogue's converted values. The fp32 accumulators may take the rest. (The build records each
 # cubin's spill bytes; the shipped matrix has none.)
@@ -225,7 +230,10 @@ def register_plan(spec: GemmSpec) -> RegisterPlan:
     the budget, else one; the `acc_registers` rule rejects specs whose accumulators do not fit at all.
     """
     wgs = consumer_wgs_per_cta(spec)
-    plan = RegisterPlan(wgs, PRODUCER_REGS[wgs], CONSUMER_REGS[wgs], acc_regs(spec), 0)
+    producer, consumer = PRODUCER_REGS, CONSUMER_REGS
+    if spec.gather_a and wgs in GATHER_PRODUCER_REGS:
+        producer, consumer = GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS
+    plan = RegisterPlan(wgs, producer[wgs], consumer[wgs], acc_regs(spec), 0)
     if fp8_promoted(spec):
         double = plan._replace(k_acc_buffers=2)
         plan = double if double.acc_total <= double.acc_budget else plan._replace(k_acc_buffers=1)
@@ -477,4 +485,20 @@ def varlen(s: GemmSpec) -> str | None:
         return "varlen m with k_split split: grouped instances do not split K; use k_split none"
     if s.has_c:
         return "varlen m with a C operand: grouped instances compute D = alpha * A @ B^T; drop c_dtype"
+    return None
+
+
+@_instance_rule
+def gather_a(s: GemmSpec) -> str | None:
+    # Gathered A rows are loaded by cp.async from each CTA's own producer threads (TMA cannot gather rows
+    # on sm_90): nothing to multicast, so one CTA per cluster; and only the grouped walk passes the rows.
+    if not s.gather_a:
+        return None
+    if s.varlen != Varlen.m:
+        return "gather_a without varlen m: gathered A rows belong to grouped instances; set varlen m"
+    if s.cluster != (1, 1):
+        return (
+            f"gather_a with cluster {s.cluster[0]}x{s.cluster[1]}: gathered rows are loaded by each CTA "
+            "(cp.async, no multicast); use cluster [1, 1]"
+        )
     return None

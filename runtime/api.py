@@ -81,6 +81,8 @@ def launch(
     workspace: int | None = None,
     cu_seqlens_m: int | None = None,
     num_groups: int | None = None,
+    a_idx: int | None = None,
+    a_rows: int | None = None,
 ) -> None:
     """Enqueue D = alpha * A @ B^T + beta * C (per batch) with kernel instance `instance_id` on `stream`.
 
@@ -120,7 +122,11 @@ def launch(
     row offsets (0 = s_0 <= s_1 <= ... <= s_G <= m), and group g computes D[s_g:s_g+1] = alpha *
     A[s_g:s_g+1] @ B[g]^T. The offsets are read by the kernel only (no synchronization; a CUDA graph
     replays with whatever they hold then); groups may be empty or of any size. Rows of D outside [0, s_G)
-    are not written, and the kernel clamps malformed offsets into [0, m]. batch stays 1.
+    are not written, and the kernel clamps malformed offsets into [0, m]. batch stays 1. Instances that
+    gather A (`gather_a`, id suffix `_gathera`) also take `a_idx`, the device address of int32[m] row
+    indices: row i of the groups' A is row a_idx[i] of the A at `ptrs[0]`, which has `a_rows` rows
+    (default m; indices outside [0, a_rows) are clamped into it); their K must be a multiple of the
+    tile's K.
 
     Returns once the launch is enqueued; raises an `HgemmError` subclass, before launching anything, for
     an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
@@ -148,8 +154,8 @@ def launch(
         ):
             e = entries[
                 (m, n, k, batch, s, ctx, pdl)
-                if num_groups is None
-                else (m, n, k, batch, s, ctx, pdl, num_groups)
+                if num_groups is a_rows is None
+                else (m, n, k, batch, s, ctx, pdl, (num_groups, a_rows))
             ]
         elif _overrides_canonical(
             lda,
@@ -184,7 +190,7 @@ def launch(
                     raster_along_m,
                     group_size,
                     k_splits,
-                    num_groups,
+                    None if num_groups is a_rows is None else (num_groups, a_rows),
                 )
             ]
         else:
@@ -204,6 +210,7 @@ def launch(
             or _workspace_ok(e.takes_workspace, e.workspace_bytes, workspace)
         )
         or not (cu_seqlens_m is None if not e.grouped else _offsets_ok(cu_seqlens_m))
+        or not (a_idx is None if not e.gathered else _offsets_ok(a_idx))
     ):
         e = None  # the first-call path (in the loop) validates, converts or refuses
     elif not (_scales_ok(alpha, beta) if e.has_c else _scales_ok(alpha)):  # e.g. ints: converted or refused
@@ -212,7 +219,7 @@ def launch(
             beta = problem.scale(e.instance, "beta", beta)
     for attempt in (0, 1):  # a second attempt only after a refusal that fresh stream facts may fix
         if e is None:
-            e, a, b, d, c, alpha, beta, cu_seqlens_m = _first_call(
+            e, a, b, d, c, alpha, beta, cu_seqlens_m, a_idx = _first_call(
                 rt,
                 instance_id,
                 ptrs,
@@ -239,6 +246,8 @@ def launch(
                 pdl,
                 cu_seqlens_m,
                 num_groups,
+                a_idx,
+                a_rows,
             )
         e.check_overlap(e.instance, a, b, d, c)
         if rt.check_pointers:
@@ -249,6 +258,10 @@ def launch(
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], c, ch[4], alpha, ch[5], beta, ch[6])
         elif e.takes_workspace:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], workspace or 0, ch[5])
+        elif e.gathered:
+            e.pack(
+                buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], cu_seqlens_m, ch[5], a_idx, ch[6]
+            )
         elif e.grouped:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], cu_seqlens_m, ch[5])
         else:
@@ -287,6 +300,8 @@ def _first_call(
     pdl,
     cu_seqlens_m=None,
     num_groups=None,
+    a_idx=None,
+    a_rows=None,
 ):
     """Validate everything with the explaining functions of runtime/problem.py, in argument order, and
     build (or find) the launch entry: (entry, a, b, d, c, alpha, beta), values canonical."""
@@ -310,7 +325,7 @@ def _first_call(
         problem.raster(iid, raster),
         problem.group(iid, group),
         problem.k_splits(iid, splits),
-        num_groups,
+        None if num_groups is a_rows is None else (num_groups, a_rows),
     )
     shape = plan.shape(key)
     a, b, d = problem.pointers(iid, ptrs)
@@ -332,6 +347,20 @@ def _first_call(
         raise InvalidArgumentError(
             "cu_seqlens_m given, but this instance is not grouped",
             "drop cu_seqlens_m (and num_groups), or use a grouped instance (id suffix _varlenm)",
+            iid,
+        )
+    if plan.gathered:
+        if a_idx is None:
+            raise InvalidArgumentError(
+                "this instance gathers A's rows, but a_idx is None",
+                "pass a_idx=<device address of int32[m] row indices into A, 4-byte aligned>",
+                iid,
+            )
+        a_idx = problem.offsets_pointer(iid, a_idx, "a_idx")
+    elif a_idx is not None:
+        raise InvalidArgumentError(
+            "a_idx given, but this instance does not gather A",
+            "drop a_idx, or use an instance that gathers A (id suffix _gathera)",
             iid,
         )
     if plan.has_c:
@@ -361,10 +390,10 @@ def _first_call(
     full = (*key[:4], s, s < 3 and ctx, pdl)
     if any(v is not None for v in key[4:15]):  # the key form `launch` looks up: short when all are omitted
         full += key[4:]
-    elif num_groups is not None:  # grouped, the short form: the group count last
-        full += (num_groups,)
+    elif key[15] is not None:  # grouped, the short form: (group count, rows of a gathered A) last
+        full += (key[15],)
     e = plan.entry(full, shape, loaded, s, pdl, rt.cu)
-    return e, a, b, d, c, alpha, beta, cu_seqlens_m
+    return e, a, b, d, c, alpha, beta, cu_seqlens_m, a_idx
 
 
 def _check_devices(rt, e, a, b, d, c, workspace=None) -> None:

@@ -53,7 +53,7 @@ PARAM_KINDS = ("tensormap", "tensor", "shape", "i32", "f32", "pointer", "opaque"
 SCALARS = {"i32": ("raster_along_m", "group_size", "k_splits"), "f32": ("alpha", "beta")}
 # The raw device pointers the runtime can fill: split-K's workspace (launch(..., workspace=)) and a
 # grouped instance's row offsets (launch(..., cu_seqlens_m=)).
-POINTERS = ("workspace", "cu_seqlens_m")
+POINTERS = ("workspace", "cu_seqlens_m", "a_idx")
 # TMA recipe fields whose only values with an established encoding are these (runtime/tensormap.py).
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -520,6 +520,12 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
             _at(where, "params"),
             "must carry the cu_seqlens_m pointer and name the grid rule grouped_clusters exactly when the "
             f"spec is grouped (varlen {spec.varlen}; parameters name {sorted(named)}, grid {grid_rule})",
+        )
+    if ("a_idx" in named) != spec.gather_a:
+        r.fail(
+            _at(where, "params"),
+            f"must carry the a_idx pointer exactly when the spec gathers A (gather_a {spec.gather_a}; "
+            f"parameters name {sorted(named)})",
         )
     stats = r.map_(rec, "stats", where)
     if any(type(v) not in (int, float) for v in stats.values()):

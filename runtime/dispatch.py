@@ -40,10 +40,12 @@ class ProblemClass:
     c_major: str | None
     fp8_fast_accum: bool
     grouped: bool = False  # a grouped GEMM (varlen M: one launch for G groups of rows)
+    gathered: bool = False  # ... whose A rows are gathered through an index array
 
     @classmethod
     def of(cls, spec: GemmSpec) -> ProblemClass:
-        return cls(*(getattr(spec, f) for f in _CLASS_FIELDS), spec.fp8_fast_accum, spec.varlen == Varlen.m)
+        fields = (getattr(spec, f) for f in _CLASS_FIELDS)
+        return cls(*fields, spec.fp8_fast_accum, spec.varlen == Varlen.m, spec.gather_a)
 
     @property
     def key(self) -> str:
@@ -53,11 +55,12 @@ class ProblemClass:
         key = f"{self.a_dtype}_{self.b_dtype}_{self.d_dtype}_{self.a_major}{self.b_major}{self.d_major}"
         if self.c_dtype is not None:
             key += f"_c{self.c_dtype}{self.c_major}"
-        return key + ("_fastacc" if self.fp8_fast_accum else "") + ("_varlenm" if self.grouped else "")
+        key += "_fastacc" if self.fp8_fast_accum else ""
+        return key + ("_varlenm" if self.grouped else "") + ("_gathera" if self.gathered else "")
 
     def distance(self, other: ProblemClass) -> int:
         """How many fields differ: what "nearest" means in `NoInstanceError`."""
-        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped")
+        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped", "gathered")
         return sum(getattr(self, f) != getattr(other, f) for f in fields)
 
     def dtype_of(self, operand: str) -> DType:
@@ -151,26 +154,32 @@ def select_grouped(
     d_dtype=None,
     b_major: str = "k",
     fp8_fast_accum: bool = False,
+    gather_a: bool = False,
     device: int | None = None,
     gpu: str | None = None,
 ) -> Choice:
     """The shipped grouped (varlen M) instance to run a grouped GEMM with: `m` rows in all (A is m x k,
     D m x n, both row-major), `num_groups` matrices in B (each n x k, `b_major` "k": K contiguous), the
-    group sizes unknown on the host. Arguments otherwise as `select()`.
+    group sizes unknown on the host; `gather_a`: A's rows are gathered through an index array (an
+    instance with `_gathera`). Arguments otherwise as `select()`.
 
     The group sizes stay on the device, so the choice assumes groups of the average size m / num_groups:
     the cost model (runtime/model.py) ranks the class's grouped instances on num_groups batches of that
     many rows (no tuning table covers grouped instances yet). Cached like `select()`. `NoInstanceError`
     when no grouped instance of the class ships."""
     rt = state.runtime()
-    key = ("grouped", m, n, k, num_groups, a_dtype, b_dtype, d_dtype, b_major, fp8_fast_accum, device, gpu)
+    key = ("grouped", m, n, k, num_groups, a_dtype, b_dtype, d_dtype, b_major, fp8_fast_accum, gather_a)
+    key += (device, gpu)
     try:
         choice = rt.choices.get(key)
     except TypeError:
         choice = None
     if choice is None:
         base = problem_class(a_dtype, b_dtype, d_dtype, "k", b_major, "n", None, None, fp8_fast_accum)
-        cls = ProblemClass(*(getattr(base, f) for f in _CLASS_FIELDS), base.fp8_fast_accum, grouped=True)
+        if type(gather_a) is not bool:
+            raise InvalidArgumentError(f"gather_a must be a bool, got {gather_a!r}", "pass True or False")
+        fields = (getattr(base, f) for f in _CLASS_FIELDS)
+        cls = ProblemClass(*fields, base.fp8_fast_accum, grouped=True, gathered=gather_a)
         specs = instances_of(rt, cls)
         ops = problem.layouts(specs[0])
         none = (None,) * len(ops)

@@ -32,7 +32,17 @@ _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cl
 # The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
 # kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then split-K's workspace);
 # the one-call writer relies on it.
-_WIDTH = {"a": 8, "b": 8, "d": 8, "c": 8, "alpha": 4, "beta": 4, "workspace": 8, "cu_seqlens_m": 8}
+_WIDTH = {
+    "a": 8,
+    "b": 8,
+    "d": 8,
+    "c": 8,
+    "alpha": 4,
+    "beta": 4,
+    "workspace": 8,
+    "cu_seqlens_m": 8,
+    "a_idx": 8,
+}
 
 
 class Shape:
@@ -54,6 +64,7 @@ class LaunchEntry:
         "instance",
         "has_c",
         "grouped",
+        "gathered",
         "takes_workspace",
         "workspace_bytes",
         "chunks",
@@ -73,6 +84,7 @@ class LaunchEntry:
         grid = scheduling.persistent_grid(shape.total, loaded.max_active_clusters, *rec.cluster[:2])
         self.instance, self.has_c, self.pack, self.buffers = rec.id, plan.has_c, plan.pack, plan.buffers
         self.grouped = plan.grouped  # the launch patches the cu_seqlens_m address
+        self.gathered = plan.gathered  # and the a_idx address
         # Split-K: the launch patches a workspace address (0 when one split needs none).
         self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
@@ -92,6 +104,7 @@ class LaunchPlan:
         "has_c",
         "split",
         "grouped",
+        "gathered",
         "packer",
         "patches",
         "pack",
@@ -107,6 +120,7 @@ class LaunchPlan:
         self.has_c = record.spec.has_c
         self.split = record.spec.k_split == KSplit.split
         self.grouped = record.spec.varlen == Varlen.m
+        self.gathered = record.spec.gather_a
         self.packer = ParamPacker(record)
         patches = {**self.packer.address_offsets(), **self.packer.scalar_offsets()}
         order = sorted((off, name) for name, off in patches.items() if name in _WIDTH)
@@ -117,6 +131,7 @@ class LaunchPlan:
             *(("beta",) if self.has_c else ()),
             *(("workspace",) if self.split else ()),
             *(("cu_seqlens_m",) if self.grouped else ()),
+            *(("a_idx",) if self.gathered else ()),
         )
         if names != want:
             raise CorruptArtifactError(
@@ -145,7 +160,8 @@ class LaunchPlan:
 
     def shape(self, key: tuple) -> Shape:
         """The `Shape` of a canonical key (m, n, k, batch, lda, ldb, ldd, ldc, batch_stride_a..c,
-        raster_along_m, group_size, k_splits, num_groups): validated and packed on first use."""
+        raster_along_m, group_size, k_splits, grouping): validated and packed on first use. `grouping` is
+        None or (num_groups, rows of a gathered A or None)."""
         hit = self.shapes.get(key)
         return hit if hit is not None else self.prepare(key)
 
@@ -166,8 +182,9 @@ class LaunchPlan:
             raster_along_m,
             group_size,
             k_splits,
-            groups,
+            grouping,
         ) = key
+        groups, a_rows = (None, None) if grouping is None else grouping
         iid = self.record.id
         lds, bss = (lda, ldb, ldd), (bsa, bsb, bsd)
         if self.has_c:
@@ -175,7 +192,8 @@ class LaunchPlan:
         elif ldc is not None or bsc is not None:
             raise self.without_c("ldc" if ldc is not None else "batch_stride_c")
         problem.check_grouping(iid, self.grouped, batch, groups)
-        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups)
+        a_rows = problem.check_gathering(iid, self.gathered, m, k, self.record.spec.tile[2], a_rows)
+        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups, a_rows)
         rec = self.record
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
             values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
@@ -186,7 +204,7 @@ class LaunchPlan:
             total = scheduling.grouped_cluster_tiles(
                 values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.cluster[:2]
             )
-            values["cu_seqlens_m"] = 0  # patched per launch
+            values["cu_seqlens_m"] = values["a_idx"] = 0  # patched per launch
         # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (its
         # clusters are 1x1), so its walk flag is the problem's, flipped.
         swap = rec.spec.swap_ab

@@ -30,7 +30,7 @@ import numbers
 
 from .contract import TMA_ALIGN_BYTES as TMA_ALIGN
 from .errors import InvalidArgumentError
-from .spec import OPERAND_EXTENTS, GemmSpec
+from .spec import GemmSpec
 
 INT32_MAX = 2**31 - 1
 MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56
@@ -42,11 +42,11 @@ class OperandLayout:
     __slots__ = ("name", "dtype", "major", "elem", "contiguous", "other", "batches")
 
     def __init__(self, spec: GemmSpec, name: str):
-        rows, cols = OPERAND_EXTENTS[name]
+        rows, cols = spec.extents(name)
         self.name, self.dtype, self.major = name, spec.dtype_of(name), spec.major_of(name)
         self.elem = self.dtype.bytes
         self.contiguous = spec.contiguous_extent(name)
-        self.other = cols if self.contiguous == rows else rows
+        self.other = rows if self.contiguous == cols else cols
         self.batches = spec.batch_extent(name)  # "l", or "g" for a grouped instance's B
 
 
@@ -107,16 +107,17 @@ def offsets_ok(ptr) -> bool:
     return type(ptr) is int and 0 < ptr < MAX_ADDRESS and not ptr & 3
 
 
-def offsets_pointer(instance: str, ptr) -> int:
-    """cu_seqlens_m as an int, checked by `offsets_ok`; `InvalidArgumentError` saying why not."""
+def offsets_pointer(instance: str, ptr, name: str = "cu_seqlens_m") -> int:
+    """A device address of int32s (cu_seqlens_m, a_idx) as an int, checked by `offsets_ok`;
+    `InvalidArgumentError` saying why not."""
     if type(ptr) is not int and not isinstance(ptr, bool) and hasattr(ptr, "__index__"):
         ptr = ptr.__index__()
     if offsets_ok(ptr):
         return ptr
+    what = "int32[num_groups + 1] row offsets" if name == "cu_seqlens_m" else "int32[m] row indices"
     raise InvalidArgumentError(
-        f"cu_seqlens_m={ptr!r} is not a non-null, 4-byte aligned device address",
-        "pass cu_seqlens_m as an int: the device address of int32[num_groups + 1] row offsets "
-        "(e.g. offsets.data_ptr() of a CUDA int32 tensor)",
+        f"{name}={ptr!r} is not a non-null, 4-byte aligned device address",
+        f"pass {name} as an int: the device address of {what} (e.g. .data_ptr() of a CUDA int32 tensor)",
         instance,
     )
 
@@ -223,6 +224,29 @@ def k_splits(instance: str, v):
     raise InvalidArgumentError(f"k_splits={v!r}", "pass a positive int or None (automatic)", instance)
 
 
+def check_gathering(instance: str, gathered: bool, m: int, k: int, tile_k: int, a_rows) -> int:
+    """The rows of A for an instance that gathers A (`a_rows`, default m; an int in 1 .. 2**31 - 1), whose
+    K must also be a multiple of the tile's K (the gathered rows are copied in whole k-tiles). Other
+    instances take no `a_rows` (their A has m rows): returns m."""
+    if not gathered:
+        if a_rows is not None:
+            raise InvalidArgumentError(
+                f"a_rows={a_rows!r} given, but this instance does not gather A",
+                "drop a_rows (A has m rows), or use an instance that gathers A (id suffix _gathera)",
+                instance,
+            )
+        return m
+    m, k = size("m", m, instance), size("k", k, instance)
+    if k % tile_k:
+        raise InvalidArgumentError(
+            f"k={k} with an instance that gathers A: its rows are copied in whole k-tiles of {tile_k}",
+            f"pad K to a multiple of {tile_k} (zero columns of A and B keep the product), or gather A "
+            "beforehand and use the instance without _gathera",
+            instance,
+        )
+    return m if a_rows is None else size("a_rows", a_rows, instance)
+
+
 def check_grouping(instance: str, grouped: bool, batch, groups) -> None:
     """A grouped (varlen M) instance takes `num_groups` (an int in 1 .. 2**31 - 1) and one batch (its A
     and D hold every group's rows); any other instance takes no `num_groups`."""
@@ -257,13 +281,23 @@ def group(instance: str, v):
 
 
 def resolve(
-    instance: str, ops: tuple[OperandLayout, ...], m, n, k, batch, lds, batch_strides, groups=None
+    instance: str,
+    ops: tuple[OperandLayout, ...],
+    m,
+    n,
+    k,
+    batch,
+    lds,
+    batch_strides,
+    groups=None,
+    a_rows=None,
 ) -> dict:
     """Named extents and strides for `ParamPacker.pack` (+ the grid rule), validated; no pointers.
     `groups`: a grouped instance's group count G (B's batches; A and D are one batch of all M rows)."""
     values = {"m": size("m", m, instance), "n": size("n", n, instance), "k": size("k", k, instance)}
     values["l"] = size("batch", batch, instance)
     values["g"] = 1 if groups is None else groups
+    values["ma"] = values["m"] if a_rows is None else a_rows
     for op, ld, bs in zip(ops, lds, batch_strides):
         name = op.name
         contiguous = values[op.contiguous]

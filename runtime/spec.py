@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm][_gathera]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -32,6 +32,7 @@ in that order. Defined today, in order:
   `_splitk`               split-K: each output tile's K loop is cut into a launch-time number of ranges,
                           reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
   `_varlenm`              grouped GEMM with a per-group M (`GemmSpec.varlen`, docs/CONTRACT.md "Grouped GEMM")
+  `_gathera`              grouped GEMM whose A rows are gathered through an index array (`GemmSpec.gather_a`)
 """
 
 from __future__ import annotations
@@ -115,8 +116,9 @@ _DTYPE_FACTS = {
 
 
 # The problem's extents: per batch A is M x K, B is N x K, D and C are M x N; L counts the batches. A
-# grouped (varlen M) problem has one batch (L = 1) of M rows in all, and G groups: B holds G matrices.
-EXTENTS = ("m", "n", "k", "l", "g")
+# grouped (varlen M) problem has one batch (L = 1) of M rows in all, and G groups: B holds G matrices; a
+# gathered A has MA rows of its own (the rows its index array picks from).
+EXTENTS = ("m", "n", "k", "l", "g", "ma")
 OPERAND_EXTENTS: dict[str, tuple[str, str]] = {
     "a": ("m", "k"),
     "b": ("n", "k"),
@@ -196,7 +198,7 @@ _ENUM_FIELDS: dict[str, type[StrEnum]] = {
 }
 # Fields whose value may be null (YAML `null`, JSON `null`): "feature off".
 _OPTIONAL_ENUM_FIELDS: dict[str, type[StrEnum]] = {"c_dtype": DType, "c_major": DMajor}
-_BOOL_FIELDS = ("fp8_fast_accum", "swap_ab")
+_BOOL_FIELDS = ("fp8_fast_accum", "swap_ab", "gather_a")
 TUPLE_FIELDS = ("tile", "cluster")
 """Fields whose single value is itself a list in YAML/JSON (so `[1, 2]` is one value, `[[1, 2]]` a list)."""
 
@@ -287,6 +289,8 @@ class GemmSpec:
     `varlen` "m" (grouped GEMM, e.g. a mixture-of-experts layer in one launch): A is (total M) x K with
     the rows of G groups concatenated, B is G x N x K, D is (total M) x N; group g computes its rows
     D[s_g:s_g+1] = alpha * A[s_g:s_g+1] @ B[g]^T, with the offsets s read from a device array at run time.
+    `gather_a` (with varlen "m"): the concatenated A is gathered: its row i is row a_idx[i] of the A given
+    (a device int32 array), the token permutation of a mixture-of-experts layer fused into the load.
 
     Keyword-only (no positional construction). Construction normalizes and validates every field: strings
     become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
@@ -310,6 +314,7 @@ class GemmSpec:
     swap_ab: bool = False
     k_split: KSplit = KSplit.none
     varlen: Varlen = Varlen.none
+    gather_a: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -377,10 +382,16 @@ class GemmSpec:
         ops = self.operands
         return (ops[1], ops[0], *ops[2:]) if self.swap_ab else ops
 
-    def kernel_extents(self, operand: str) -> tuple[str, str]:
-        """The (row, column) extents of `operand` as the kernel's slot sees it: OPERAND_EXTENTS, with D's
-        and C's transposed under swap_ab (the kernel writes D^T, N x M)."""
+    def extents(self, operand: str) -> tuple[str, str]:
+        """The (row, column) extents of `operand` in the caller's view: OPERAND_EXTENTS, except that a
+        gathered A has its own row count "ma" (the rows a_idx indexes; D has m rows)."""
         rows, cols = OPERAND_EXTENTS[operand]
+        return ("ma", cols) if self.gather_a and operand == "a" else (rows, cols)
+
+    def kernel_extents(self, operand: str) -> tuple[str, str]:
+        """The (row, column) extents of `operand` as the kernel's slot sees it: `extents`, with D's and
+        C's transposed under swap_ab (the kernel writes D^T, N x M)."""
+        rows, cols = self.extents(operand)
         return (cols, rows) if self.swap_ab and operand in ("d", "c") else (rows, cols)
 
     def batch_extent(self, operand: str) -> str:
@@ -564,15 +575,31 @@ _SUFFIXES = (
         lambda s: "varlenm" if s.varlen == Varlen.m else None,
         lambda tok: {"varlen": Varlen.m} if tok == "varlenm" else None,
     ),
+    (
+        "gathered A",
+        lambda s: "gathera" if s.gather_a else None,
+        lambda tok: {"gather_a": True} if tok == "gathera" else None,
+    ),
 )
-_SUFFIX_ORDER = "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk, then _varlenm"
+_SUFFIX_ORDER = (
+    "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk, then _varlenm, then _gathera"
+)
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
 # Keys a YAML row may leave out: no C operand, fp32 accumulation, promoted fp8 accumulation.
-_ROW_DEFAULTED = ("acc_dtype", "c_dtype", "c_major", "fp8_fast_accum", "swap_ab", "k_split", "varlen")
+_ROW_DEFAULTED = (
+    "acc_dtype",
+    "c_dtype",
+    "c_major",
+    "fp8_fast_accum",
+    "swap_ab",
+    "k_split",
+    "varlen",
+    "gather_a",
+)
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW_DEFAULTED)
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
-    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm]"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm][_gathera]"
 )

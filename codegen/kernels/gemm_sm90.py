@@ -100,6 +100,10 @@ class KernelConfig:
     # sub-tile goes from its staging buffer to global memory in 16-byte vectors with the group's row
     # bound (no TMA store: it is bounded by the whole tensor only).
     varlen_m: bool = False
+    # Grouped with gathered A (varlen M only): row i of the groups' concatenated A is row a_idx[i] of the A
+    # given (a device int32 array, host entry argument `a_idx`). A is loaded with cp.async by the whole
+    # producer warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1.
+    gather_a: bool = False
 
     @property
     def threads(self) -> int:
@@ -159,7 +163,7 @@ def make_gemm(config: KernelConfig) -> "HopperGemm":
     if config.k_split:
         return HopperGemmSplitK(config)
     if config.varlen_m:
-        return HopperGemmVarlenM(config)
+        return HopperGemmGatherA(config) if config.gather_a else HopperGemmVarlenM(config)
     return (HopperGemmWithC if config.c_dtype is not None else HopperGemm)(config)
 
 
@@ -198,6 +202,7 @@ class HopperGemm:
         self.buffer_align_bytes = 1024
         self.k_split = config.k_split
         self.varlen_m = config.varlen_m
+        self.gather_a = config.gather_a
 
     # ------------------------------------------------------------------ host side
     @cute.jit
@@ -230,6 +235,7 @@ class HopperGemm:
         k_splits=None,
         workspace=None,
         cu_seqlens_m=None,
+        a_idx=None,
     ):
         """Build TMA descriptors, size the persistent grid and launch (traced inside a host entry).
 
@@ -270,9 +276,12 @@ class HopperGemm:
                 self.c_dtype, self.c_layout, self.epi_tile, self.c_stages * self.epi_buffer_sets
             )
 
-        tma_atom_a, tma_tensor_a = self._make_load_tma(
-            mA, a_smem_staged, (self.tile_mnk[0], self.tile_mnk[2]), self.num_mcast_a
-        )
+        # Gathered A is loaded row by row with cp.async from the tensor itself (no descriptor).
+        tma_atom_a, tma_tensor_a = None, mA
+        if cutlass.const_expr(not self.gather_a):
+            tma_atom_a, tma_tensor_a = self._make_load_tma(
+                mA, a_smem_staged, (self.tile_mnk[0], self.tile_mnk[2]), self.num_mcast_a
+            )
         tma_atom_b, tma_tensor_b = self._make_load_tma(
             mB, b_smem_staged, (self.tile_mnk[1], self.tile_mnk[2]), self.num_mcast_b
         )
@@ -347,6 +356,7 @@ class HopperGemm:
             k_splits,
             workspace,
             cu_seqlens_m,
+            a_idx,
             self.tiled_mma,
             self.cta_layout_mnk,
             a_smem_staged,
@@ -416,6 +426,7 @@ class HopperGemm:
         k_splits,
         workspace,
         cu_seqlens_m,
+        a_idx,
         tiled_mma: cute.TiledMma,
         cta_layout_mnk: cute.Layout,
         a_smem_staged: cute.ComposedLayout,
@@ -430,7 +441,8 @@ class HopperGemm:
         is_producer = warp_group_idx == self.num_consumer_wgs
 
         if warp_idx == self.producer_warp:
-            cpasync.prefetch_descriptor(tma_atom_a)
+            if cutlass.const_expr(not self.gather_a):
+                cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
             if cutlass.const_expr(not self.varlen_m):
                 cpasync.prefetch_descriptor(tma_atom_d)
@@ -443,6 +455,12 @@ class HopperGemm:
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
         tma_copy_bytes = cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem)
+        # A stage is full when the TMA bytes landed and every arrival was counted: one arrival of the TMA
+        # thread, plus (gathered A) one per producer thread, when its cp.async copies of the stage land.
+        stage_arrivals = 1
+        if cutlass.const_expr(self.gather_a):
+            tma_copy_bytes = cute.size_in_bytes(self.b_dtype, b_smem)
+            stage_arrivals = 1 + THREADS_PER_WARPGROUP
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -453,7 +471,7 @@ class HopperGemm:
         ab_pipeline = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.ab_full_empty.data_ptr(),
             num_stages=self.ab_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, stage_arrivals),
             consumer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, mcast_peers * (self.tile_threads // 32)
             ),
@@ -490,13 +508,15 @@ class HopperGemm:
             gC_mnl = cute.local_tile(mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
 
         # TMA partitions; with multicast each CTA of a cluster row/column loads its slice of the tile.
-        tAsA, tAgA = cpasync.tma_partition(
-            tma_atom_a,
-            cluster_coord_mnk[1],
-            cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-            cute.group_modes(sA, 0, 2),
-            cute.group_modes(gA_mkl, 0, 2),
-        )
+        tAsA, tAgA = None, None
+        if cutlass.const_expr(not self.gather_a):
+            tAsA, tAgA = cpasync.tma_partition(
+                tma_atom_a,
+                cluster_coord_mnk[1],
+                cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+                cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA_mkl, 0, 2),
+            )
         tBsB, tBgB = cpasync.tma_partition(
             tma_atom_b,
             cluster_coord_mnk[0],
@@ -531,7 +551,35 @@ class HopperGemm:
         if is_producer:
             cute.arch.setmaxregister_decrease(self.cfg.producer_registers)
 
-        if warp_idx == self.producer_warp:
+        if cutlass.const_expr(self.gather_a):
+            if is_producer:
+                cute.arch.griddepcontrol_wait()
+                producer_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.ab_stages
+                )
+                producer_state = self._produce_gathered(
+                    ab_pipeline,
+                    producer_state,
+                    mA_mkl,
+                    sA,
+                    tma_atom_b,
+                    tBgB,
+                    tBsB,
+                    seqlens,
+                    cute.make_tensor(a_idx, cute.make_layout(cute.size(mD_mnl, mode=[0]))),
+                    k_tile_cnt,
+                    clusters_n,
+                    cluster_id,
+                    num_clusters,
+                    cluster_coord_mnk,
+                    raster_along_m,
+                    group_size,
+                    tidx,
+                    warp_idx,
+                )
+                if warp_idx == self.producer_warp:
+                    ab_pipeline.producer_tail(producer_state)
+        elif warp_idx == self.producer_warp:
             # Programmatic dependent launch: nothing of the previous grid may be read before it is done.
             cute.arch.griddepcontrol_wait()
             a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=1)
@@ -774,6 +822,175 @@ class HopperGemm:
                 linear, group, first_tile, seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
             )
         return producer_state
+
+    @cute.jit
+    def _produce_gathered(
+        self,
+        ab_pipeline,
+        producer_state,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tma_atom_b,
+        tBgB,
+        tBsB,
+        seqlens,
+        a_idx,
+        k_tile_cnt: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+        tidx: Int32,
+        warp_idx: Int32,
+    ):
+        """Producer of a grouped instance with gathered A (every thread of the producer warpgroup): walk
+        this CTA's tiles group by group like `_produce_grouped`; for each tile, look up the source row of
+        each of this thread's tile rows once (a_idx, clamped into A), then per k-tile: wait until the stage
+        is free, let the first warp TMA-load B (arming the stage with B's bytes), copy this thread's
+        16-byte pieces of A's rows with cp.async and count one arrival when they land
+        (cp.async.mbarrier.arrive.noinc). Rows past the group's end load a row of A all the same (only
+        accumulator rows that are never stored use them); rows past m load row a_idx[m - 1]. K is a
+        multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial."""
+        ptid = tidx % THREADS_PER_WARPGROUP
+        vector = 128 // self.a_dtype.width
+        per_row = self.tile_mnk[2] // vector
+        copy_g2s = cute.make_tiled_copy_tv(
+            # .cg: straight to L2 (the few KB of L1 that shared memory leaves would only thrash).
+            cute.make_copy_atom(
+                cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                self.a_dtype,
+                num_bits_per_copy=128,
+            ),
+            cute.make_ordered_layout((THREADS_PER_WARPGROUP // per_row, per_row), order=(1, 0)),
+            cute.make_layout((1, vector)),
+        )
+        thr_g2s = copy_g2s.get_slice(ptid)
+        tAsA = thr_g2s.partition_D(sA)  # (vector, rows of this thread, 1, stage)
+        tAcA = thr_g2s.partition_S(cute.make_identity_tensor((self.tile_mnk[0], self.tile_mnk[2])))
+        rows_per_thread = cute.size(tAcA, mode=[1])
+        chunk = tAcA[(0, 0, 0)][1] // vector  # this thread's 16-byte piece of each row of a k-tile
+        num_groups = cute.size(seqlens) - 1
+        total_rows = cute.size(a_idx)
+        source_rows = cute.size(mA_mkl, mode=[0])
+        rows_per_cluster_tile = self.tile_mnk[0] * self.cluster_mn[0]
+        linear = cluster_id
+        group, first_tile = varlen_locate(
+            linear, Int32(0), Int32(0), seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+        )
+        # The source rows of this thread's tile rows: loaded for the next tile before the current tile's
+        # k-tiles are issued, so the index loads' latency hides behind them.
+        src = self._gathered_rows(
+            a_idx,
+            seqlens,
+            linear,
+            group,
+            first_tile,
+            tAcA,
+            source_rows,
+            clusters_n,
+            cluster_coord_mnk,
+            raster_along_m,
+            group_size,
+        )
+        while group < num_groups:
+            _, tile_n, _, _ = self._grouped_tile(
+                linear,
+                group,
+                first_tile,
+                seqlens,
+                total_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            next_linear = linear + num_clusters
+            next_group, next_first = varlen_locate(
+                next_linear,
+                group,
+                first_tile,
+                seqlens,
+                num_groups,
+                total_rows,
+                rows_per_cluster_tile,
+                clusters_n,
+            )
+            src_next = self._gathered_rows(
+                a_idx,
+                seqlens,
+                next_linear,
+                cutlass.min(next_group, num_groups - 1),
+                next_first,
+                tAcA,
+                source_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            tBgB_k = tBgB[(None, tile_n, None, group)]
+            for k_tile in range(k_tile_cnt):
+                if warp_idx == self.producer_warp:
+                    ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB_k[(None, k_tile)],
+                        tBsB[(None, producer_state.index)],
+                        tma_bar_ptr=ab_pipeline.producer_get_barrier(producer_state),
+                        mcast_mask=0,
+                    )
+                else:
+                    ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
+                for m in cutlass.range_constexpr(rows_per_thread):
+                    row_pieces = cute.zipped_divide(mA_mkl[(src[m], None, 0)], (vector,))
+                    cute.copy(
+                        copy_g2s,
+                        row_pieces[(None, k_tile * per_row + chunk)],
+                        tAsA[(None, m, 0, producer_state.index)],
+                    )
+                cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
+                producer_state.advance()
+            src.store(src_next.load())
+            linear, group, first_tile = next_linear, next_group, next_first
+        return producer_state
+
+    @cute.jit
+    def _gathered_rows(
+        self,
+        a_idx,
+        seqlens,
+        linear,
+        group,
+        first_tile,
+        tAcA,
+        source_rows,
+        clusters_n,
+        cluster_coord_mnk,
+        raster_along_m,
+        group_size,
+    ):
+        """Gathered A: the source row (a_idx, clamped into [0, source_rows)) of each of this producer
+        thread's rows of cluster tile `linear` of `group`; rows past m read a_idx[m - 1]."""
+        total_rows = cute.size(a_idx)
+        tile_m, _, row_first, _ = self._grouped_tile(
+            linear,
+            group,
+            first_tile,
+            seqlens,
+            total_rows,
+            clusters_n,
+            cluster_coord_mnk,
+            raster_along_m,
+            group_size,
+        )
+        row0 = row_first + tile_m * self.tile_mnk[0]
+        rows = cute.make_rmem_tensor(cute.size(tAcA, mode=[1]), Int32)
+        for m in cutlass.range_constexpr(cute.size(tAcA, mode=[1])):
+            row = cutlass.min(row0 + tAcA[(0, m, 0)][0], total_rows - 1)
+            rows[m] = cutlass.min(cutlass.max(a_idx[row], 0), source_rows - 1)
+        return rows
 
     @cute.jit
     def _consume(
@@ -1365,6 +1582,9 @@ class HopperGemm:
         their loops and branches.
         """
         ab_pipeline.consumer_wait(read_state)
+        if cutlass.const_expr(self.gather_a):
+            # cp.async wrote A through the generic proxy; WGMMA reads shared memory through the async one.
+            cute.arch.fence_proxy("async.shared", space="cta")
         tiled_mma = self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, read_state.index, accumulate)
         read_state.advance()
         return tiled_mma, read_state
@@ -1574,4 +1794,39 @@ class HopperGemmVarlenM(HopperGemm):
             max_active_clusters,
             stream,
             cu_seqlens_m=cu_seqlens_m,
+        )
+
+
+class HopperGemmGatherA(HopperGemm):
+    """Grouped GEMM with gathered A: as `HopperGemmVarlenM`, but mA (rows of A, K, 1) is the A given and row
+    i of the groups' concatenated A is its row a_idx[i]; `a_idx` points to int32[total M] (total M = D's
+    rows) on the device. Indices outside [0, rows of A) are clamped into it."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        alpha: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_m: cute.Pointer,
+        a_idx: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_m,
+            a_idx=a_idx,
         )

@@ -66,6 +66,7 @@ def required_features(inst) -> set[tuple]:
             ("grouped tile family", tile_family(inst)),
             ("grouped cluster", f"{inst.cluster[0]}x{inst.cluster[1]}"),
             ("grouped inputs", input_kind(inst)),
+            ("grouped A", "gathered (cp.async)" if inst.gather_a else "TMA"),
         }
     out = {
         ("tile family", tile_family(inst)),  # tile M x N and schedule: the mainloop/epilogue structure
@@ -303,13 +304,17 @@ def run_grouped(g, inst, torch) -> int:
     iid = inst.id
     try:
         gen = torch.Generator(device=g.DEVICE).manual_seed(zlib.crc32(f"sanitizer-{iid}".encode()))
-        p = Grouped(inst, GROUP_SIZES, 520, 8 * inst.tile[2] + 48, gen)
+        k = 8 * inst.tile[2] + (0 if inst.gather_a else 48)  # gathering instances take whole k-tiles
+        p = Grouped(inst, GROUP_SIZES, 520, k, gen)
         torch.cuda.synchronize()
         _say("launch", iid, f"grouped sizes {list(GROUP_SIZES)} n {p.n} k {p.k}")
         p.launch()
         torch.cuda.synchronize()
         d = p.d_buf.cpu().double()
-        a, b = p.a.cpu().double(), p.b.cpu().double()
+        a = p.a.cpu().double()
+        if p.idx is not None:  # the groups' rows, gathered on the host (no torch kernel after the launch)
+            a = a[p.idx.cpu().long()]
+        b = p.b.cpu().double()
         out = _host(d, p.d).clone()
         owned = torch.zeros(p.m, dtype=torch.bool)
         num = den = 0.0

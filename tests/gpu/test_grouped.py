@@ -43,7 +43,9 @@ class Grouped:
     """One grouped problem: A (m, k) and D (m, n) row-major with padded rows (lda = k + pad, ldd = n + pad),
     B (G, n, k) K-major with a padded batch stride, the offsets on the device, guards after every buffer."""
 
-    def __init__(self, inst, sizes, n: int, k: int, gen, extra_rows: int = 3, seqlens=None, m=None):
+    def __init__(
+        self, inst, sizes, n: int, k: int, gen, extra_rows: int = 3, seqlens=None, m=None, a_idx=None
+    ):
         self.inst, self.n, self.k = inst, n, k
         self.seqlens = offsets(sizes) if seqlens is None else list(seqlens)
         # Rows past s_G (must stay untouched), or the caller's m.
@@ -56,9 +58,18 @@ class Grouped:
         self.ldd = n + 16 // g.ELEM_BYTES[str(inst.d_dtype)]
         self.bsb = n * self.lda + align * 4
         std = g.input_std(inst, k)
-        self.a_buf = g.random_values((self.m * self.lda + 64,), in_dtype, gen, std).to(in_dtype)
+        # A gathered instance reads row a_idx[i] of a source A of its own size (default: a reversed
+        # permutation of m rows, with every other index repeated).
+        self.a_rows = self.m
+        self.idx = None
+        if inst.gather_a:
+            if a_idx is None:
+                a_idx = [(self.m - 1 - i) // 2 * 2 for i in range(self.m)]
+            self.a_rows = max(a_idx) + 1 if a_idx else 1
+            self.idx = torch.tensor(a_idx, dtype=torch.int32, device=g.DEVICE)
+        self.a_buf = g.random_values((self.a_rows * self.lda + 64,), in_dtype, gen, std).to(in_dtype)
         self.b_buf = g.random_values((self.groups * self.bsb + 64,), in_dtype, gen, std).to(in_dtype)
-        self.a = self.a_buf[: self.m * self.lda].view(self.m, self.lda)[:, :k]
+        self.a = self.a_buf[: self.a_rows * self.lda].view(self.a_rows, self.lda)[:, :k]
         self.b = torch.as_strided(self.b_buf, (self.groups, n, k), (self.bsb, self.lda, 1))
         self.d_buf = torch.full((self.m * self.ldd + 64,), SENTINEL, dtype=self.d_dtype, device=g.DEVICE)
         self.d = self.d_buf[: self.m * self.ldd].view(self.m, self.ldd)[:, :n]
@@ -96,8 +107,15 @@ class Grouped:
             alpha=self.alpha,
             cu_seqlens_m=self.cu.data_ptr(),
             num_groups=self.groups,
+            **({"a_idx": self.idx.data_ptr(), "a_rows": self.a_rows} if self.idx is not None else {}),
             **kw,
         )
+
+    def rows_of_a(self, first: int, end: int):
+        """The groups' A rows [first, end): gathered through a_idx for a gathering instance."""
+        if self.idx is None:
+            return self.a[first:end]
+        return self.a[self.idx[first:end].long()]
 
     def group_rows(self):
         """(g, first, end) of each group, clamped like the kernel (tile_scheduler.group_rows)."""
@@ -116,7 +134,7 @@ class Grouped:
             if end == first:
                 continue
             written[first:end] = True
-            a = self.a[first:end].unsqueeze(0)
+            a = self.rows_of_a(first, end).unsqueeze(0)
             b = self.b[gi].unsqueeze(0)
             ref = (a.double() @ b.double().mT)[0] * self.alpha
             acc, via = g.torch_accumulator(a, b, fast)
@@ -155,7 +173,9 @@ SIZES = [
 
 
 def _n_k(inst):
-    return 520, 8 * inst.tile[2] + 48  # a partial last column tile and k-tile (16-byte rows for fp8 too)
+    """A partial last column tile and k-tile (16-byte rows for fp8 too); gathering instances take whole
+    k-tiles (the runtime's rule)."""
+    return 520, 8 * inst.tile[2] + (0 if inst.gather_a else 48)
 
 
 @pytest.mark.parametrize("inst", GROUPED, ids=_id)
@@ -261,3 +281,68 @@ def test_grouped_gemm_refuses_bad_arguments():
     for args, message in bad:
         with pytest.raises(hgemm_sm90.InvalidArgumentError, match=message):
             hgemm_sm90.grouped_gemm(*args)
+
+
+# --- gathered A ------------------------------------------------------------------------------------------
+
+GATHER = [i for i in GROUPED if i.gather_a]
+
+
+@pytest.mark.parametrize("inst", GATHER, ids=_id)
+@pytest.mark.parametrize("pattern", ["repeats", "reversed", "topk"])
+def test_gathered_rows(inst, pattern, gen):
+    """Indices with repeats (every token twice, as top-2 routing makes), a reversed permutation, and a
+    top-k-like pattern over fewer source rows than m; the reference gathers with torch."""
+    sizes = [0, 37, 1, 300, 0, 129, 64, 7]
+    m = sum(sizes) + 3
+    if pattern == "repeats":
+        idx = [i // 2 for i in range(m)]
+    elif pattern == "reversed":
+        idx = list(reversed(range(m)))
+    else:
+        perm = torch.randperm(m // 4 + 1, generator=torch.Generator().manual_seed(5)).tolist()
+        idx = [perm[(7 * i) % len(perm)] for i in range(m)]
+    n, k = _n_k(inst)
+    p = Grouped(inst, sizes, n, k, gen, a_idx=idx)
+    p.launch()
+    p.check(f"gathered {pattern}")
+
+
+def test_gathering_instances_refuse_a_partial_k_tile():
+    inst = GATHER[0]
+    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="copied in whole k-tiles"):
+        hgemm_sm90.launch(
+            inst.id, (16, 16, 16), 0, m=64, n=64, k=inst.tile[2] + 16, num_groups=1, cu_seqlens_m=4, a_idx=4
+        )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fast"), sorted({(str(i.a_dtype), bool(i.fp8_fast_accum)) for i in GATHER})
+)
+def test_grouped_gemm_gathers_a(dtype, fast, gen):
+    """grouped_gemm(x, w^T, offsets, a_idx=...) equals grouped_gemm on x[a_idx] (the same instance class
+    without gathering: the same bits are not required, the same tolerance is)."""
+    tdt = g.TORCH_DTYPE[dtype]
+    tokens, topk, experts = 200, 2, 6
+    route = torch.randint(0, experts, (tokens * topk,), generator=torch.Generator().manual_seed(3))
+    order = torch.argsort(route, stable=True)
+    idx = (order // topk).to(torch.int32).to(g.DEVICE)  # token of each expert-sorted row
+    counts = torch.bincount(route, minlength=experts).tolist()
+    cu = torch.tensor(offsets(counts), dtype=torch.int32, device=g.DEVICE)
+    n, k = 264, 512
+    std = 1.0 if dtype == "bf16" else 0.5
+    x = g.random_values((tokens, k), tdt, gen, std).to(tdt)
+    w = g.random_values((experts, n, k), tdt, gen, std).to(tdt)
+    y = hgemm_sm90.grouped_gemm(x, w.transpose(1, 2), cu, a_idx=idx, fp8_fast_accum=fast)
+    torch.cuda.synchronize()
+    xg = x[idx.long()]
+    for e in range(experts):
+        first, end = cu[e].item(), cu[e + 1].item()
+        if end == first:
+            continue
+        ref = xg[first:end].double() @ w[e].double().T
+        rel = ((y[first:end].double() - ref).norm() / ref.norm()).item()
+        bound = (
+            g.REL_BOUND["bf16"] if dtype == "bf16" else max(g.REL_BOUND["bf16"], g.FP8_ACC_REL_BOUND[fast])
+        )
+        assert rel < bound, f"expert {e}: relative error {rel:.3g}"

@@ -28,6 +28,7 @@ CASES = 50
 def _random_problem(rng: random.Random, rec) -> dict:
     ops = problem.layouts(rec.spec)
     extents = {x: rng.choice([rng.randint(1, 64), rng.randint(1, 5000)]) for x in "mnk"}
+    extents["ma"] = rng.choice([1, rng.randint(1, 64), rng.randint(1, 5000)])  # rows of a gathered A
     for op in ops:  # an extent some operand stores contiguously must be a 16-byte multiple (TMA)
         align = 16 // op.elem
         extents[op.contiguous] = -(-extents[op.contiguous] // align) * align
@@ -65,6 +66,9 @@ def _random_problem(rng: random.Random, rec) -> dict:
         # Grouped instances: any group count, and a 4-byte aligned address of the row offsets.
         groups=rng.choice([1, 2, 8, 256, rng.randint(1, 5000)]),
         cu_seqlens_m=rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 4 * 4,
+        # Gathering instances: the rows of the A given, and a 4-byte aligned address of the indices.
+        a_rows=extents["ma"],
+        a_idx=rng.randrange(0x10_0000_0000, 0x7FFF_0000_0000) // 4 * 4,
     )
 
 
@@ -93,14 +97,16 @@ def kernels(ci_build, tmp_path_factory):
 def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
-        # A grouped instance's D is a plain tensor parameter (stored from registers), not a descriptor.
-        described = [op for op in spec.launch_operands if not (spec.varlen_m and op == "d")]
+        # A grouped instance's D (and a gathered A) is a plain tensor parameter, not a descriptor.
+        plain = ({"d"} if spec.varlen_m else set()) | ({"a"} if spec.gather_a else set())
+        described = [op for op in spec.launch_operands if op not in plain]
         assert [p.operand for p in rec.params if p.kind == "tensormap"] == described, kinds
-        assert [p.operand for p in rec.params if p.kind == "tensor"] == (["d"] if spec.varlen_m else [])
+        assert {p.operand for p in rec.params if p.kind == "tensor"} == plain
         split = spec.k_split == "split"
         i32 = {"raster_along_m", "group_size", *(("k_splits",) if split else ())}
         assert {p.name for p in rec.params if p.kind == "i32"} == i32
         pointers = {"workspace"} if split else {"cu_seqlens_m"} if spec.varlen_m else set()
+        pointers |= {"a_idx"} if spec.gather_a else set()
         assert {p.name for p in rec.params if p.kind == "pointer"} == pointers
         assert {p.name for p in rec.params if p.kind == "f32"} == (
             {"alpha", "beta"} if spec.has_c else {"alpha"}
@@ -108,6 +114,7 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
         assert set(kinds) <= {"tensormap", "tensor", "shape", "i32", "f32", "pointer", "opaque"}
     assert any(spec.k_split == "split" for spec, _, _ in kernels), "the ci profile lacks a split-K instance"
     assert any(spec.varlen_m for spec, _, _ in kernels), "the ci profile lacks a grouped instance"
+    assert any(spec.gather_a for spec, _, _ in kernels), "the ci profile lacks a gathering instance"
 
 
 @pytest.mark.parametrize("case_seed", [0])
@@ -119,10 +126,20 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
         for case in range(CASES):
             pr = _random_problem(rng, rec)
             groups = pr["groups"] if spec.varlen_m else None
+            a_rows = pr["a_rows"] if spec.gather_a else None
             if spec.varlen_m:
                 pr["batch"] = 1
             values = problem.resolve(
-                rec.id, ops, pr["m"], pr["n"], pr["k"], pr["batch"], pr["lds"], pr["batch_strides"], groups
+                rec.id,
+                ops,
+                pr["m"],
+                pr["n"],
+                pr["k"],
+                pr["batch"],
+                pr["lds"],
+                pr["batch_strides"],
+                groups,
+                a_rows,
             )
             values.update(zip([op.name for op in ops], pr["ptrs"]))
             for name in ("alpha", "beta", "raster_along_m", "group_size"):
@@ -131,6 +148,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
             if spec.varlen_m:
                 values["cu_seqlens_m"] = pr["cu_seqlens_m"]
+            if spec.gather_a:
+                values["a_idx"] = pr["a_idx"]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
             want = oracle.call(
                 host_args(

@@ -84,9 +84,12 @@ def _values(
     workspace=None,
     groups=None,
     cu_seqlens_m=None,
+    a_rows=None,
+    a_idx=None,
 ):
     ops = problem.layouts(rec.spec)
-    values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)], groups)
+    values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)], groups, a_rows)
+    values["a_idx"] = a_idx
     cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.problem_tile, *rec.cluster[:2])
     if groups is not None:
         cm = -(-cm // groups)  # grouped: the walk of one group of the average size
@@ -136,6 +139,8 @@ def _random_problem(rng: random.Random, rec) -> dict:
     ext = {x: rng.randint(1, 3000) for x in "mnk"}
     for op in ops:  # extents stored contiguously by some operand are 16-byte multiples (TMA)
         ext[op.contiguous] = -(-ext[op.contiguous] // (16 // op.elem)) * (16 // op.elem)
+    if rec.spec.gather_a:  # gathered rows are copied in whole k-tiles
+        ext["k"] = -(-ext["k"] // rec.spec.tile[2]) * rec.spec.tile[2]
     m, n, k = ext["m"], ext["n"], ext["k"]
     lds = []
     for op in ops:
@@ -149,6 +154,7 @@ def _random_problem(rng: random.Random, rec) -> dict:
         lds=tuple(lds),
         alpha=rng.uniform(-4, 4),
         beta=rng.uniform(-4, 4) if rec.spec.has_c else 0.0,
+        a_rows=rng.randint(1, 3000) if rec.spec.gather_a else None,
     )
 
 
@@ -167,6 +173,9 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             groups = rng.choice([1, 8, 256]) if rec.spec.varlen_m else None
             if groups is not None:
                 kw["num_groups"] = groups
+            a_rows = pr.pop("a_rows")
+            if a_rows is not None:
+                kw["a_rows"] = a_rows
             # 2nd call: a cache hit with new pointers and scales, which must be patched in.
             calls = [
                 ((A, B, D), C, pr["alpha"], pr["beta"]),
@@ -175,6 +184,7 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             for ptrs, c, alpha, beta in calls:
                 ws = W + 16 * len(fake.launches) if rec.spec.k_split == "split" else None
                 cu = S + 4 * len(fake.launches) if groups is not None else None
+                idx = S + 0x1000 + 4 * len(fake.launches) if a_rows is not None else None
                 runtime.launch(
                     iid,
                     ptrs,
@@ -184,6 +194,7 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                     beta=beta,
                     workspace=ws,
                     cu_seqlens_m=cu,
+                    a_idx=idx,
                     **kw,
                 )
                 values = _values(
@@ -200,6 +211,8 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                     workspace=ws,
                     groups=groups,
                     cu_seqlens_m=cu,
+                    a_rows=a_rows,
+                    a_idx=idx,
                 )
                 want, grid = _expect(ci, iid, values)
                 got = fake.launches[-1]
@@ -744,4 +757,62 @@ def test_grouped_arguments_on_a_plain_instance_are_refused(ci, fake, kw, message
     fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
     with pytest.raises(runtime.InvalidArgumentError, match=message):
         runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=256, **kw)
+    assert not fake.launches
+
+
+def _gathering(man) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.gather_a]
+    assert ids, "the ci profile must hold an instance that gathers A (kernel_specs.yaml)"
+    return ids[0]
+
+
+def test_gathered_launch_sends_the_indices_and_a_as_its_own_tensor(ci, fake):
+    iid = _gathering(ci)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    tile_k = rec.spec.tile[2]
+    m, n, k, a_rows = 3000, 1024, 4 * tile_k, 700
+    for idx in (S + 0x100, S + 0x200):  # the second launch is a cache hit: the new address is patched in
+        runtime.launch(
+            iid, (A, B, D), 0, m=m, n=n, k=k, num_groups=8, cu_seqlens_m=S, a_idx=idx, a_rows=a_rows
+        )
+        values = _values(rec, (A, B, D), m, n, k, groups=8, cu_seqlens_m=S, a_rows=a_rows, a_idx=idx)
+        want, grid = _expect(ci, iid, values)
+        _assert_sent(fake.launches[-1], rec, want)
+    a = next(p for p in rec.params if p.kind == "tensor" and p.operand == "a")
+    sent = fake.launches[-1].values[rec.params.index(a)]
+    assert int.from_bytes(sent[:8], "little") == A and struct.unpack_from("<3i", sent, 8) == (a_rows, k, 1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"a_idx": None}, r"gathers A's rows, but a_idx is None"),
+        ({"a_idx": S + 1}, r"a_idx=.* is not a non-null, 4-byte aligned device address"),
+        ({"k": 1000}, r"k=1000 with an instance that gathers A: its rows are copied in whole k-tiles"),
+        ({"a_rows": 0}, r"a_rows=0 is outside"),
+    ],
+)
+def test_bad_gathered_input_raises_before_launching(ci, fake, kw, message):
+    iid = _gathering(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    args = dict(m=1000, n=1024, k=4 * ci.record(iid).spec.tile[2], num_groups=8, cu_seqlens_m=S, a_idx=S)
+    args.update(kw)
+    with pytest.raises(runtime.InvalidArgumentError, match=message):
+        runtime.launch(iid, (A, B, D), 0, **args)
+    assert not fake.launches
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"a_idx": S}, r"a_idx given, but this instance does not gather A"),
+        ({"a_rows": 100}, r"a_rows=100 given, but this instance does not gather A"),
+    ],
+)
+def test_gather_arguments_on_a_plain_grouped_instance_are_refused(ci, fake, kw, message):
+    iid = _grouped(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    with pytest.raises(runtime.InvalidArgumentError, match=message):
+        runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=256, num_groups=2, cu_seqlens_m=S, **kw)
     assert not fake.launches

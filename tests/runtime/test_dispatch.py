@@ -173,7 +173,8 @@ def test_select_never_returns_an_instance_that_cannot_run(catalog_rt, default_sp
                 if cls.grouped:  # grouped classes are chosen by select_grouped (the cost model)
                     kw = dict(a_dtype=cls.a_dtype, b_dtype=cls.b_dtype, d_dtype=cls.d_dtype, gpu=gpu)
                     groups = rng.choice((1, 8, 256))
-                    choice = select_grouped(m, n, k, groups, fp8_fast_accum=cls.fp8_fast_accum, **kw)
+                    fast = cls.fp8_fast_accum
+                    choice = select_grouped(m, n, k, groups, fp8_fast_accum=fast, gather_a=cls.gathered, **kw)
                     # The same dtypes and layouts as a plain problem: never a grouped instance.
                     plain = select(m, n, k, gpu=gpu, **_problem_kwargs(cls))
                     assert not GemmSpec.parse(plain.instance_id).varlen_m

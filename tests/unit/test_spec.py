@@ -255,7 +255,7 @@ def test_to_json_matches_the_contract_and_round_trips():
         "a_major": "k", "b_major": "k", "d_major": "n",
         "tile": [128, 256, 64], "cluster": [2, 1], "schedule": "cooperative",
         "c_dtype": None, "c_major": None, "fp8_fast_accum": False, "swap_ab": False, "k_split": "none",
-        "varlen": "none",
+        "varlen": "none", "gather_a": False,
     }  # fmt: skip
     assert all(type(v) in (str, list, type(None), bool) for v in j.values())
     assert GemmSpec.from_json(json.loads(json.dumps(j))) == spec()
@@ -318,6 +318,7 @@ FAILING = {
     "swap_ab": ({"tile": [64, 8], "swap_ab": True}, "swap-AB instances run 1x1 clusters"),
     "k_split": ({"k_split": "split"}, "split-K instances run 1x1 clusters"),
     "varlen": ({"varlen": "m", "d_major": "m"}, "grouped instances take row-major A and D"),
+    "gather_a": ({"gather_a": True}, "gathered A rows belong to grouped instances"),
 }
 
 
