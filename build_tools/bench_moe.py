@@ -98,7 +98,11 @@ def runners(torch, hg, p: Problem, sizes, ops, dtype: str, fast: bool):
     insts = [
         i
         for i in hg.instances()
-        if i.varlen_m and i.a_dtype == dtype and i.d_dtype == "bf16" and bool(i.fp8_fast_accum) == fast
+        if i.varlen_m
+        and not i.gather_a
+        and i.a_dtype == dtype
+        and i.d_dtype == "bf16"
+        and bool(i.fp8_fast_accum) == fast
     ]
     for inst in insts:
 

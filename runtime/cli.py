@@ -325,9 +325,17 @@ def _row(spec) -> dict[str, str]:
         "schedule": _SCHEDULE_SHORT.get(str(spec.schedule), str(spec.schedule)),
         "C": f"{spec.c_dtype}{spec.c_major}" if spec.has_c else "-",
         "fp8 accum": accum,
-        # How the kernel runs the problem: transposed (swap-AB, decode-sized M) and/or split along K.
+        # How the kernel runs the problem: transposed (swap-AB, decode-sized M), split along K, grouped
+        # (one launch for many groups of rows), with gathered A rows.
         "variant": " ".join(
-            v for v, on in (("swap-AB", spec.swap_ab), ("split-K", spec.k_split == "split")) if on
+            v
+            for v, on in (
+                ("swap-AB", spec.swap_ab),
+                ("split-K", spec.k_split == "split"),
+                ("grouped", spec.varlen_m),
+                ("gathered-A", spec.gather_a),
+            )
+            if on
         )
         or "-",
     }

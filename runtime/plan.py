@@ -199,6 +199,15 @@ class LaunchPlan:
             values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
         )
         if self.grouped:
+            rows = rec.spec.problem_tile[0] * rec.cluster[0]
+            if values["m"] + groups * (rows - 1) > problem.INT32_MAX:
+                # The kernel bounds the walk by (m + G * (rows per cluster tile - 1)) in int32.
+                raise InvalidArgumentError(
+                    f"m={values['m']} rows with num_groups={groups}: m + num_groups * {rows - 1} passes "
+                    "2**31 - 1, the kernel's bound on the groups' tiles",
+                    "split the launch into fewer rows or groups",
+                    iid,
+                )
             # The walk inside each group: raster as for one group of the average size.
             clusters_m = scheduling.ceil_div(clusters_m, groups)
             total = scheduling.grouped_cluster_tiles(

@@ -733,6 +733,7 @@ def test_grouped_launch_sends_offsets_groups_and_d_and_bounds_the_grid(ci, fake)
         ({"cu_seqlens_m": 0}, r"cu_seqlens_m=0 is not"),
         ({"batch": 2}, r"batch=2 with a grouped instance"),
         ({"k_splits": 2}, r"k_splits given, but this instance does not split K"),
+        ({"m": 2**31 - 100, "num_groups": 1000}, r"passes 2\*\*31 - 1, the kernel's bound"),
     ],
 )
 def test_bad_grouped_input_raises_before_launching(ci, fake, kw, message):
