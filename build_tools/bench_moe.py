@@ -349,6 +349,76 @@ def bench_gather(torch, hg, p: Problem, dtype: str, fast: bool, iters: int, reps
     }
 
 
+def bench_wgrad(torch, hg, p: Problem, iters: int, reps: int, stream) -> dict:
+    """The projection's weight gradient, dW[g] = dY_g^T @ X_g over each expert's tokens (bf16 -> bf16),
+    as one grouped-K launch (`launch` with a `_varlenk` instance in the gradient's layout: A = dY^T
+    m-major, B = X^T n-major) against torch._grouped_mm(dY^T, X, offs) and a loop of one cuBLAS GEMM per
+    non-empty expert, all in CUDA graphs."""
+    sizes = routing(torch, p.tokens, p.experts, p.topk)
+    rows = sum(sizes)
+    dy = (torch.randn(rows, p.n, device="cuda") * 0.5).to(torch.bfloat16)  # (T, N): dY, row-major
+    x = (torch.randn(rows, p.k, device="cuda") * 0.5).to(torch.bfloat16)  # (T, K): X, row-major
+    dw = torch.empty(p.experts, p.n, p.k, device="cuda", dtype=torch.bfloat16)
+    ends = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu = torch.cat([torch.zeros(1, device="cuda", dtype=torch.int32), ends])
+    insts = [
+        i.id
+        for i in hg.instances()
+        if i.varlen_k and i.a_dtype == "bf16" and i.d_dtype == "bf16" and (i.a_major, i.b_major) == ("m", "n")
+    ]
+    calls = []
+    for iid in insts:
+
+        def ours(iid=iid):
+            hg.launch(
+                iid,
+                (dy.data_ptr(), x.data_ptr(), dw.data_ptr()),
+                torch.cuda.current_stream(),
+                m=p.n,
+                n=p.k,
+                k=rows,
+                lda=p.n,
+                ldb=p.k,
+                cu_seqlens_k=cu.data_ptr(),
+                num_groups=p.experts,
+            )
+
+        calls.append((iid, ours))
+    calls.append(
+        ("torch._grouped_mm", lambda: torch._grouped_mm(dy.t(), x, offs=ends, out_dtype=torch.bfloat16))
+    )
+    starts = [0]
+    for n_rows in sizes:
+        starts.append(starts[-1] + n_rows)
+
+    def loop():
+        for e, n_rows in enumerate(sizes):
+            if n_rows:
+                torch.mm(dy[starts[e] : starts[e + 1]].t(), x[starts[e] : starts[e + 1]], out=dw[e])
+
+    calls.append(("cublas loop", loop))
+    graphs, skipped = {}, {}
+    for name, call in calls:
+        try:
+            graphs[name] = graph_of(torch, call, iters, stream)
+        except Exception as e:  # noqa: BLE001 - a baseline torch lacks is reported, not fatal
+            skipped[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            torch.cuda.synchronize()
+    us = time_graphs(torch, graphs, iters, reps, stream)
+    ours_us = {k: v for k, v in us.items() if k.startswith("sm90_")}
+    best = min(ours_us, key=ours_us.get)
+    return {
+        "problem": p.name + " wgrad",
+        "rows": rows,
+        "us": us,
+        "skipped": skipped,
+        "best": best,
+        "tflops": 2.0 * rows * p.n * p.k / ours_us[best] / 1e6,
+        "vs torch._grouped_mm": us.get("torch._grouped_mm", float("nan")) / ours_us[best],
+        "vs cublas loop": us["cublas loop"] / ours_us[best],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m build_tools.bench_moe", description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
@@ -360,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", help="write the tables for docs/PERF.md here")
     ap.add_argument(
         "--gather", action="store_true", help="time gathered A against a separate gather + grouped GEMM"
+    )
+    ap.add_argument(
+        "--wgrad", action="store_true", help="time the weight gradient (grouped K, bf16) against torch"
     )
     args = ap.parse_args(argv)
     import torch
@@ -376,6 +449,18 @@ def main(argv: list[str] | None = None) -> int:
         for proj, n, k in projs:
             for tokens in map(int, args.tokens.split(",")):
                 p = Problem(model, proj, tokens, experts, topk, n, k)
+                if args.wgrad:
+                    r = bench_wgrad(torch, hg, p, args.graph_iters, args.reps, stream)
+                    results.append(r)
+                    print(
+                        f"{r['problem']:<32} rows {r['rows']:>6} ours {r['us'][r['best']]:9.1f} us "
+                        f"({r['tflops']:6.1f} TF) vs _grouped_mm {r['vs torch._grouped_mm']:5.2f}x vs loop "
+                        f"{r['vs cublas loop']:5.2f}x best {r['best'][32:]}",
+                        flush=True,
+                    )
+                    for name, why in r["skipped"].items():
+                        print(f"    {name}: not timed ({why})")
+                    continue
                 for dtype, fast in chosen_series:
                     if args.gather:
                         r = bench_gather(torch, hg, p, dtype, fast, args.graph_iters, args.reps, stream)
@@ -420,6 +505,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"(gather + grouped) / gathered over {len(ratios)} problems: geomean "
                     f"{_geomean(ratios):.3f}x, min {min(ratios):.3f}x\n"
                 )
+            elif args.wgrad:
+                f.write(f"`{command.strip()}` ({env['date']}, {env['gpu']}, torch {env['torch']})\n\n")
+                f.write(
+                    "| weight gradient | tokens x top-k | ours µs | TFLOP/s | vs torch._grouped_mm "
+                    "| vs cuBLAS loop | fastest |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n"
+                )
+                for r in results:
+                    fastest = r["best"].removeprefix("sm90_")
+                    f.write(
+                        f"| {r['problem']} | {r['rows']} | {r['us'][r['best']]:.1f} | {r['tflops']:.0f} | "
+                        f"{r['vs torch._grouped_mm']:.2f} | {r['vs cublas loop']:.2f} | {fastest} |\n"
+                    )
             else:
                 f.write(render_markdown(results, env, command.strip()))
     return 0

@@ -333,11 +333,15 @@ def capture_contract(
         records.append(rec)
 
     cm, cn = spec.cluster
-    grouped = spec.varlen == Varlen.m
+    grid_rule = {Varlen.m: "grouped_clusters", Varlen.k: "group_batches"}.get(
+        spec.varlen, "persistent_clusters"
+    )
     for launch, p in zip(launches, probes):
         _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], *spec.problem_tile, cm, cn)
-        if grouped:
+        if spec.varlen == Varlen.m:
             total = scheduling.grouped_cluster_tiles(p["m"], p["n"], p["g"], *spec.problem_tile, cm, cn)
+        elif spec.varlen == Varlen.k:
+            _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["g"], *spec.problem_tile, cm, cn)
         if "k_splits" in p.values:
             total *= scheduling.effective_splits(p["k_splits"], scheduling.k_tiles(p["k"], spec.tile[2]))
         want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)
@@ -358,7 +362,7 @@ def capture_contract(
         block=tuple(launches[0].block),
         cluster=(cm, cn, 1),
         smem_bytes=launches[0].smem_bytes,
-        grid_rule="grouped_clusters" if grouped else "persistent_clusters",
+        grid_rule=grid_rule,
         params=tuple(records),
         param_bytes=max(p.offset + p.size for p in params),
         min_driver_version=info.min_driver_version,

@@ -47,11 +47,18 @@ def host_pointers(spec: GemmSpec) -> tuple[str, ...]:
         return ("workspace",)
     if spec.varlen == Varlen.m:
         return ("cu_seqlens_m", "a_idx") if spec.gather_a else ("cu_seqlens_m",)
+    if spec.varlen == Varlen.k:
+        return ("cu_seqlens_k",)
     return ()
 
 
 # Each raw pointer's element type (a DSL type name) and the byte alignment the runtime guarantees for it.
-POINTER_TYPES = {"workspace": ("Float32", 16), "cu_seqlens_m": ("Int32", 4), "a_idx": ("Int32", 4)}
+POINTER_TYPES = {
+    "workspace": ("Float32", 16),
+    "cu_seqlens_m": ("Int32", 4),
+    "cu_seqlens_k": ("Int32", 4),
+    "a_idx": ("Int32", 4),
+}
 
 
 def configure_environment(dump_dir: str | os.PathLike) -> None:
@@ -101,6 +108,7 @@ def kernel_config(spec: GemmSpec):
         k_acc_buffers=regs.k_acc_buffers,
         k_split=spec.k_split == KSplit.split,
         varlen_m=spec.varlen == Varlen.m,
+        varlen_k=spec.varlen == Varlen.k,
         gather_a=spec.gather_a,
     )
 
@@ -126,8 +134,9 @@ def _fake_operands(spec: GemmSpec):
         return make_fake_tensor(cutlass_dtype(dtype), (rows, cols, batches), stride, assumed_align=16)
 
     a = operand(spec.a_dtype, ma if spec.gather_a else m, k, spec.a_major == "m", "a")
-    b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b", g if spec.varlen == Varlen.m else l)
-    d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d")
+    batches = {"g": g, "l": l}
+    b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b", batches[spec.batch_extent("b")])
+    d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d", batches[spec.batch_extent("d")])
     if not spec.has_c:
         return a, b, d
     c = operand(spec.c_dtype, m, n, spec.c_major == "m", "c")

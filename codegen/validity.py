@@ -472,6 +472,8 @@ def varlen(s: GemmSpec) -> str | None:
     # descriptor at the group's row offset (rows past the group's end are loaded but never stored), and D
     # is copied from the staging buffers to global memory with a row bound per group. Built for row-major
     # A and D (the layout of concatenated tokens), the plain epilogue, and one tile's K loop per CTA visit.
+    if s.varlen == Varlen.k:
+        return _varlen_k(s)
     if s.varlen != Varlen.m:
         return None
     if s.a_major != AMajor.k or s.d_major != DMajor.n:
@@ -485,6 +487,33 @@ def varlen(s: GemmSpec) -> str | None:
         return "varlen m with k_split split: grouped instances do not split K; use k_split none"
     if s.has_c:
         return "varlen m with a C operand: grouped instances compute D = alpha * A @ B^T; drop c_dtype"
+    return None
+
+
+def _varlen_k(s: GemmSpec) -> str | None:
+    # Grouped GEMM with a per-group K (the weight gradient): every group has the whole M x N tile grid
+    # (D holds one result per group, stored by TMA as a batch), and each tile's K loop covers its group's
+    # K range; the last k-tile of a group is cut short by zeroing A's columns past the range in shared
+    # memory, which the cooperative mainloop does (one tile per CTA, plain or fast accumulation).
+    if s.schedule != Schedule.cooperative:
+        return (
+            "varlen k with the ping-pong schedule: grouped-K instances run cooperative tiles; use cooperative"
+        )
+    if s.cluster != (1, 1):
+        return (
+            f"varlen k with cluster {s.cluster[0]}x{s.cluster[1]}: grouped-K instances run 1x1 clusters "
+            "(each CTA trims its own A stage); use cluster [1, 1]"
+        )
+    if fp8_promoted(s):
+        return (
+            "varlen k with fp8 promoted accumulation: the group's last k-tile is trimmed in the plain "
+            "mainloop only; use fp8_fast_accum true"
+        )
+    if s.swap_ab or s.k_split != KSplit.none or s.has_c or s.gather_a:
+        return (
+            "varlen k with swap_ab, split-K, C or gather_a: grouped-K instances compute "
+            "D[g] = alpha * A @ B^T; drop them"
+        )
     return None
 
 

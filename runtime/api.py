@@ -83,6 +83,7 @@ def launch(
     num_groups: int | None = None,
     a_idx: int | None = None,
     a_rows: int | None = None,
+    cu_seqlens_k: int | None = None,
 ) -> None:
     """Enqueue D = alpha * A @ B^T + beta * C (per batch) with kernel instance `instance_id` on `stream`.
 
@@ -126,7 +127,10 @@ def launch(
     gather A (`gather_a`, id suffix `_gathera`) also take `a_idx`, the device address of int32[m] row
     indices: row i of the groups' A is row a_idx[i] of the A at `ptrs[0]`, which has `a_rows` rows
     (default m; indices outside [0, a_rows) are clamped into it); their K must be a multiple of the
-    tile's K.
+    tile's K. Grouped-K instances (`varlen` "k", id suffix `_varlenk`; the weight gradient) take
+    `cu_seqlens_k` instead: int32[num_groups + 1] offsets into the K of A (m x k) and B (n x k), and D
+    holds num_groups m x n results (`batch_stride_d` apart): D[g] = alpha * A[:, s_g:s_g+1] @
+    B[:, s_g:s_g+1]^T, zeros for an empty group.
 
     Returns once the launch is enqueued; raises an `HgemmError` subclass, before launching anything, for
     an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
@@ -209,7 +213,12 @@ def launch(
             (workspace is None and not e.workspace_bytes)
             or _workspace_ok(e.takes_workspace, e.workspace_bytes, workspace)
         )
-        or not (cu_seqlens_m is None if not e.grouped else _offsets_ok(cu_seqlens_m))
+        or not (
+            cu_seqlens_m is cu_seqlens_k is None
+            if not e.grouped
+            else _offsets_ok(cu_seqlens_k if e.varlen_k else cu_seqlens_m)
+            and (cu_seqlens_m if e.varlen_k else cu_seqlens_k) is None
+        )
         or not (a_idx is None if not e.gathered else _offsets_ok(a_idx))
     ):
         e = None  # the first-call path (in the loop) validates, converts or refuses
@@ -248,7 +257,10 @@ def launch(
                 num_groups,
                 a_idx,
                 a_rows,
+                cu_seqlens_k,
             )
+            if cu_seqlens_m is None:
+                cu_seqlens_m = cu_seqlens_k  # grouped K: the offsets go where cu_seqlens_m's do
         e.check_overlap(e.instance, a, b, d, c)
         if rt.check_pointers:
             _check_devices(rt, e, a, b, d, c, workspace)
@@ -263,7 +275,8 @@ def launch(
                 buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], cu_seqlens_m, ch[5], a_idx, ch[6]
             )
         elif e.grouped:
-            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], cu_seqlens_m, ch[5])
+            offsets = cu_seqlens_k if e.varlen_k else cu_seqlens_m
+            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], offsets, ch[5])
         else:
             e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4])
         err = e.launch(e.config, e.function, params, 0)[0]
@@ -302,6 +315,7 @@ def _first_call(
     num_groups=None,
     a_idx=None,
     a_rows=None,
+    cu_seqlens_k=None,
 ):
     """Validate everything with the explaining functions of runtime/problem.py, in argument order, and
     build (or find) the launch entry: (entry, a, b, d, c, alpha, beta), values canonical."""
@@ -335,20 +349,33 @@ def _first_call(
         workspace = problem.pointer(iid, "workspace", workspace)
     elif shape.workspace_bytes:
         raise plan.workspace_missing(shape.workspace_bytes)
+    wanted, unwanted = ("cu_seqlens_k", "cu_seqlens_m") if plan.varlen_k else ("cu_seqlens_m", "cu_seqlens_k")
+    offsets = {"cu_seqlens_m": cu_seqlens_m, "cu_seqlens_k": cu_seqlens_k}
     if plan.grouped:
-        if cu_seqlens_m is None:
+        if offsets[unwanted] is not None:
             raise InvalidArgumentError(
-                "this grouped instance needs the groups' row offsets, but cu_seqlens_m is None",
-                "pass cu_seqlens_m=<device address of int32[num_groups + 1] row offsets, 4-byte aligned>",
+                f"{unwanted} given, but this grouped instance takes {wanted}",
+                f"pass the offsets as {wanted}= (id suffix {'_varlenk' if plan.varlen_k else '_varlenm'})",
                 iid,
             )
-        cu_seqlens_m = problem.offsets_pointer(iid, cu_seqlens_m)
-    elif cu_seqlens_m is not None:
-        raise InvalidArgumentError(
-            "cu_seqlens_m given, but this instance is not grouped",
-            "drop cu_seqlens_m (and num_groups), or use a grouped instance (id suffix _varlenm)",
-            iid,
-        )
+        if offsets[wanted] is None:
+            what = "K offsets" if plan.varlen_k else "row offsets"
+            raise InvalidArgumentError(
+                f"this grouped instance needs the groups' {what}, but {wanted} is None",
+                f"pass {wanted}=<device address of int32[num_groups + 1] {what}, 4-byte aligned>",
+                iid,
+            )
+        offsets[wanted] = problem.offsets_pointer(iid, offsets[wanted], wanted)
+    else:
+        for name, value in offsets.items():
+            if value is not None:
+                raise InvalidArgumentError(
+                    f"{name} given, but this instance is not grouped",
+                    f"drop {name} (and num_groups), or use a grouped instance (id suffix "
+                    f"{'_varlenk' if name == 'cu_seqlens_k' else '_varlenm'})",
+                    iid,
+                )
+    cu_seqlens_m = offsets["cu_seqlens_m"] if not plan.varlen_k else offsets["cu_seqlens_k"]
     if plan.gathered:
         if a_idx is None:
             raise InvalidArgumentError(

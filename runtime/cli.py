@@ -333,6 +333,7 @@ def _row(spec) -> dict[str, str]:
                 ("swap-AB", spec.swap_ab),
                 ("split-K", spec.k_split == "split"),
                 ("grouped", spec.varlen_m),
+                ("grouped-K", spec.varlen_k),
                 ("gathered-A", spec.gather_a),
             )
             if on

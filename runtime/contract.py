@@ -45,15 +45,16 @@ POINTER_BYTES = 8  # a raw device pointer kernel parameter
 
 # The grid rules a record may name. "persistent_clusters": grid = (cluster_m * P, cluster_n, 1) with
 # P = min(cluster tiles of the problem, max active clusters of the kernel); "grouped_clusters": the same
-# with the grouped problem's bound on its cluster tiles (runtime/scheduling.py, both).
-GRID_RULES = ("persistent_clusters", "grouped_clusters")
+# with the grouped (varlen M) problem's bound on its cluster tiles; "group_batches": the same with one
+# batch of the tile grid per group (grouped K) (runtime/scheduling.py, all).
+GRID_RULES = ("persistent_clusters", "grouped_clusters", "group_batches")
 PARAM_KINDS = ("tensormap", "tensor", "shape", "i32", "f32", "pointer", "opaque")
 # The scalars the runtime can fill, by kind: the walk order and split count (runtime/scheduling.py) and
 # the epilogue's scales (alpha always, beta where the epilogue reads C).
 SCALARS = {"i32": ("raster_along_m", "group_size", "k_splits"), "f32": ("alpha", "beta")}
 # The raw device pointers the runtime can fill: split-K's workspace (launch(..., workspace=)) and a
 # grouped instance's row offsets (launch(..., cu_seqlens_m=)).
-POINTERS = ("workspace", "cu_seqlens_m", "a_idx")
+POINTERS = ("workspace", "cu_seqlens_m", "cu_seqlens_k", "a_idx")
 # TMA recipe fields whose only values with an established encoding are these (runtime/tensormap.py).
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -513,14 +514,18 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
             "must carry k_splits and the workspace pointer exactly when the spec is split-K "
             f"(k_split {spec.k_split}; parameters name {sorted(named)})",
         )
-    grouped = spec.varlen == Varlen.m
     grid_rule = r.choice(rec, "grid", where, GRID_RULES)
-    if ("cu_seqlens_m" in named) != grouped or (grid_rule == "grouped_clusters") != grouped:
-        r.fail(
-            _at(where, "params"),
-            "must carry the cu_seqlens_m pointer and name the grid rule grouped_clusters exactly when the "
-            f"spec is grouped (varlen {spec.varlen}; parameters name {sorted(named)}, grid {grid_rule})",
-        )
+    for varlen, pointer, rule in (
+        (Varlen.m, "cu_seqlens_m", "grouped_clusters"),
+        (Varlen.k, "cu_seqlens_k", "group_batches"),
+    ):
+        if (pointer in named) != (spec.varlen == varlen) or (grid_rule == rule) != (spec.varlen == varlen):
+            r.fail(
+                _at(where, "params"),
+                f"must carry the {pointer} pointer and name the grid rule {rule} exactly when the "
+                f"spec's varlen is {varlen} (varlen {spec.varlen}; parameters name {sorted(named)}, "
+                f"grid {grid_rule})",
+            )
     if ("a_idx" in named) != spec.gather_a:
         r.fail(
             _at(where, "params"),

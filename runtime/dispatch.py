@@ -41,11 +41,14 @@ class ProblemClass:
     fp8_fast_accum: bool
     grouped: bool = False  # a grouped GEMM (varlen M: one launch for G groups of rows)
     gathered: bool = False  # ... whose A rows are gathered through an index array
+    grouped_k: bool = False  # a grouped GEMM with a per-group K (the weight gradient)
 
     @classmethod
     def of(cls, spec: GemmSpec) -> ProblemClass:
         fields = (getattr(spec, f) for f in _CLASS_FIELDS)
-        return cls(*fields, spec.fp8_fast_accum, spec.varlen == Varlen.m, spec.gather_a)
+        return cls(
+            *fields, spec.fp8_fast_accum, spec.varlen == Varlen.m, spec.gather_a, spec.varlen == Varlen.k
+        )
 
     @property
     def key(self) -> str:
@@ -56,11 +59,12 @@ class ProblemClass:
         if self.c_dtype is not None:
             key += f"_c{self.c_dtype}{self.c_major}"
         key += "_fastacc" if self.fp8_fast_accum else ""
-        return key + ("_varlenm" if self.grouped else "") + ("_gathera" if self.gathered else "")
+        key += "_varlenm" if self.grouped else "_varlenk" if self.grouped_k else ""
+        return key + ("_gathera" if self.gathered else "")
 
     def distance(self, other: ProblemClass) -> int:
         """How many fields differ: what "nearest" means in `NoInstanceError`."""
-        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped", "gathered")
+        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped", "gathered", "grouped_k")
         return sum(getattr(self, f) != getattr(other, f) for f in fields)
 
     def dtype_of(self, operand: str) -> DType:

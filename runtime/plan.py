@@ -41,6 +41,7 @@ _WIDTH = {
     "beta": 4,
     "workspace": 8,
     "cu_seqlens_m": 8,
+    "cu_seqlens_k": 8,
     "a_idx": 8,
 }
 
@@ -65,6 +66,7 @@ class LaunchEntry:
         "has_c",
         "grouped",
         "gathered",
+        "varlen_k",
         "takes_workspace",
         "workspace_bytes",
         "chunks",
@@ -85,6 +87,7 @@ class LaunchEntry:
         self.instance, self.has_c, self.pack, self.buffers = rec.id, plan.has_c, plan.pack, plan.buffers
         self.grouped = plan.grouped  # the launch patches the cu_seqlens_m address
         self.gathered = plan.gathered  # and the a_idx address
+        self.varlen_k = plan.varlen_k  # grouped K: the offsets are cu_seqlens_k
         # Split-K: the launch patches a workspace address (0 when one split needs none).
         self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
@@ -105,6 +108,7 @@ class LaunchPlan:
         "split",
         "grouped",
         "gathered",
+        "varlen_k",
         "packer",
         "patches",
         "pack",
@@ -119,7 +123,8 @@ class LaunchPlan:
         self.ops = problem.layouts(record.spec)
         self.has_c = record.spec.has_c
         self.split = record.spec.k_split == KSplit.split
-        self.grouped = record.spec.varlen == Varlen.m
+        self.grouped = record.spec.varlen != Varlen.none
+        self.varlen_k = record.spec.varlen == Varlen.k
         self.gathered = record.spec.gather_a
         self.packer = ParamPacker(record)
         patches = {**self.packer.address_offsets(), **self.packer.scalar_offsets()}
@@ -130,7 +135,7 @@ class LaunchPlan:
             "alpha",
             *(("beta",) if self.has_c else ()),
             *(("workspace",) if self.split else ()),
-            *(("cu_seqlens_m",) if self.grouped else ()),
+            *((("cu_seqlens_k" if self.varlen_k else "cu_seqlens_m"),) if self.grouped else ()),
             *(("a_idx",) if self.gathered else ()),
         )
         if names != want:
@@ -198,7 +203,13 @@ class LaunchPlan:
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
             values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
         )
-        if self.grouped:
+        if self.varlen_k:
+            # Grouped K: every group has the whole tile grid, one batch of D each.
+            clusters_m, clusters_n, total = scheduling.cluster_tiles(
+                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.cluster[:2]
+            )
+            values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
+        elif self.grouped:
             rows = rec.spec.problem_tile[0] * rec.cluster[0]
             if values["m"] + groups * (rows - 1) > problem.INT32_MAX:
                 # The kernel bounds the walk by (m + G * (rows per cluster tile - 1)) in int32.
@@ -213,7 +224,7 @@ class LaunchPlan:
             total = scheduling.grouped_cluster_tiles(
                 values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.cluster[:2]
             )
-            values["cu_seqlens_m"] = values["a_idx"] = 0  # patched per launch
+            values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
         # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (its
         # clusters are 1x1), so its walk flag is the problem's, flipped.
         swap = rec.spec.swap_ab

@@ -114,7 +114,10 @@ def offsets_pointer(instance: str, ptr, name: str = "cu_seqlens_m") -> int:
         ptr = ptr.__index__()
     if offsets_ok(ptr):
         return ptr
-    what = "int32[num_groups + 1] row offsets" if name == "cu_seqlens_m" else "int32[m] row indices"
+    what = {
+        "cu_seqlens_m": "int32[num_groups + 1] row offsets",
+        "cu_seqlens_k": "int32[num_groups + 1] K offsets",
+    }.get(name, "int32[m] row indices")
     raise InvalidArgumentError(
         f"{name}={ptr!r} is not a non-null, 4-byte aligned device address",
         f"pass {name} as an int: the device address of {what} (e.g. .data_ptr() of a CUDA int32 tensor)",
@@ -340,7 +343,7 @@ def resolve(
                     f"pad {bs_name} to a multiple of {TMA_ALIGN // op.elem} elements",
                     instance,
                 )
-            if name == "d" and values["l"] > 1 and bs < packed:
+            if name == "d" and values[op.batches] > 1 and bs < packed:
                 raise InvalidArgumentError(
                     f"{bs_name}={bs} is smaller than one batch of D ({op.other} x ld{name} = {packed})",
                     f"pass {bs_name} >= {packed}: overlapping output batches would race",

@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm][_gathera]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm|_varlenk][_gathera]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -31,7 +31,8 @@ in that order. Defined today, in order:
                           kernel's, so a 64x8 tile covers 64 columns of N and 8 rows of M)
   `_splitk`               split-K: each output tile's K loop is cut into a launch-time number of ranges,
                           reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
-  `_varlenm`              grouped GEMM with a per-group M (`GemmSpec.varlen`, docs/CONTRACT.md "Grouped GEMM")
+  `_varlenm`, `_varlenk`  grouped GEMM with a per-group M, or K (`GemmSpec.varlen`, docs/CONTRACT.md
+                          "Grouped GEMM")
   `_gathera`              grouped GEMM whose A rows are gathered through an index array (`GemmSpec.gather_a`)
 """
 
@@ -172,12 +173,14 @@ class KSplit(StrEnum):
 
 class Varlen(StrEnum):
     """Which extent varies per group in a grouped (mixture-of-experts) instance: none (a plain or batched
-    GEMM), or M ("m": A and D are G groups of rows concatenated, B holds one N x K matrix per group, and
-    the device array `cu_seqlens_m` gives the groups' row offsets; docs/CONTRACT.md "Grouped GEMM").
-    ("k", the weight-gradient form, is reserved: not built.)"""
+    GEMM); M ("m": A and D are G groups of rows concatenated, B holds one N x K matrix per group, and
+    the device array `cu_seqlens_m` gives the groups' row offsets); or K ("k", the weight gradient: A is
+    M x (total K) and B is N x (total K) with the groups' K ranges concatenated, D holds one M x N result
+    per group, `cu_seqlens_k` gives the K offsets). docs/CONTRACT.md "Grouped GEMM"."""
 
     none = "none"
     m = "m"
+    k = "k"
 
 
 # Short id tokens for schedules; the YAML/JSON spelling stays the full word.
@@ -289,6 +292,8 @@ class GemmSpec:
     `varlen` "m" (grouped GEMM, e.g. a mixture-of-experts layer in one launch): A is (total M) x K with
     the rows of G groups concatenated, B is G x N x K, D is (total M) x N; group g computes its rows
     D[s_g:s_g+1] = alpha * A[s_g:s_g+1] @ B[g]^T, with the offsets s read from a device array at run time.
+    `varlen` "k" (the weight gradient of such a layer): A is M x (total K) and B is N x (total K) with
+    the groups' K ranges concatenated, D is G x M x N; D[g] = alpha * A[:, s_g:s_g+1] @ B[:, s_g:s_g+1]^T.
     `gather_a` (with varlen "m"): the concatenated A is gathered: its row i is row a_idx[i] of the A given
     (a device int32 array), the token permutation of a mixture-of-experts layer fused into the load.
 
@@ -345,6 +350,11 @@ class GemmSpec:
         return self.varlen == Varlen.m
 
     @property
+    def varlen_k(self) -> bool:
+        """Whether this is a grouped GEMM with a per-group K (`varlen` "k", the weight gradient)."""
+        return self.varlen == Varlen.k
+
+    @property
     def id(self) -> str:
         """The instance id: `name()`."""
         return self.name()
@@ -395,9 +405,10 @@ class GemmSpec:
         return (cols, rows) if self.swap_ab and operand in ("d", "c") else (rows, cols)
 
     def batch_extent(self, operand: str) -> str:
-        """The extent that counts `operand`'s batches: "l", except B of a grouped (varlen M) instance,
-        which holds one matrix per group ("g")."""
-        return "g" if self.varlen == Varlen.m and operand == "b" else "l"
+        """The extent that counts `operand`'s batches: "l", except the operand that holds one matrix per
+        group ("g") in a grouped instance: B under varlen M, D under varlen K."""
+        per_group = {Varlen.m: "b", Varlen.k: "d"}.get(self.varlen)
+        return "g" if operand == per_group else "l"
 
     # --- operands -------------------------------------------------------------------------------------
 
@@ -572,8 +583,8 @@ _SUFFIXES = (
     ),
     (
         "grouped (variable M per group)",
-        lambda s: "varlenm" if s.varlen == Varlen.m else None,
-        lambda tok: {"varlen": Varlen.m} if tok == "varlenm" else None,
+        lambda s: {Varlen.m: "varlenm", Varlen.k: "varlenk"}.get(s.varlen),
+        lambda tok: {"varlenm": {"varlen": Varlen.m}, "varlenk": {"varlen": Varlen.k}}.get(tok),
     ),
     (
         "gathered A",
@@ -582,7 +593,8 @@ _SUFFIXES = (
     ),
 )
 _SUFFIX_ORDER = (
-    "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk, then _varlenm, then _gathera"
+    "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk, then _varlenm or _varlenk, "
+    "then _gathera"
 )
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GemmSpec))
@@ -601,5 +613,5 @@ REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
-    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm][_gathera]"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm|_varlenk][_gathera]"
 )

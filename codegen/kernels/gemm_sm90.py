@@ -60,6 +60,7 @@ THREADS_PER_WARPGROUP = 128
 EPILOGUE_BARRIER = 1  # + warpgroup index under ping-pong
 MMA_TURN_BARRIER = 3  # + warpgroup index
 EPI_TURN_BARRIER = 5  # + warpgroup index
+TRIM_BARRIER = 7  # grouped K: A's last k-tile of a group is trimmed before the WGMMAs read it
 # The producer issues griddepcontrol.wait before its first load (and every other global access follows
 # one of its loads), so a launch with programmatic stream serialization cannot read stale data. Recorded
 # in each manifest record as "pdl": the runtime refuses pdl=True for kernels without it.
@@ -100,6 +101,11 @@ class KernelConfig:
     # sub-tile goes from its staging buffer to global memory in 16-byte vectors with the group's row
     # bound (no TMA store: it is bounded by the whole tensor only).
     varlen_m: bool = False
+    # Grouped GEMM, variable K per group (the weight gradient): the host entry takes `cu_seqlens_k`
+    # (int32[G + 1] K offsets); D's batch mode counts the groups; A and B hold all groups' K ranges. A tile
+    # of group g runs the k-tiles of [s_g, s_g+1); the last one's columns past s_g+1 are zeroed in the A
+    # and B stage before its WGMMAs (they belong to the next group).
+    varlen_k: bool = False
     # Grouped with gathered A (varlen M only): row i of the groups' concatenated A is row a_idx[i] of the A
     # given (a device int32 array, host entry argument `a_idx`). A is loaded with cp.async by the whole
     # producer warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1.
@@ -164,6 +170,8 @@ def make_gemm(config: KernelConfig) -> "HopperGemm":
         return HopperGemmSplitK(config)
     if config.varlen_m:
         return HopperGemmGatherA(config) if config.gather_a else HopperGemmVarlenM(config)
+    if config.varlen_k:
+        return HopperGemmVarlenK(config)
     return (HopperGemmWithC if config.c_dtype is not None else HopperGemm)(config)
 
 
@@ -202,6 +210,7 @@ class HopperGemm:
         self.buffer_align_bytes = 1024
         self.k_split = config.k_split
         self.varlen_m = config.varlen_m
+        self.varlen_k = config.varlen_k
         self.gather_a = config.gather_a
 
     # ------------------------------------------------------------------ host side
@@ -545,6 +554,8 @@ class HopperGemm:
         seqlens = None
         if cutlass.const_expr(self.varlen_m):
             seqlens = cute.make_tensor(cu_seqlens_m, cute.make_layout(cute.size(mB_nkl, mode=[2]) + 1))
+        if cutlass.const_expr(self.varlen_k):  # the groups' K offsets, int32[G + 1] (G = D's batch extent)
+            seqlens = cute.make_tensor(cu_seqlens_m, cute.make_layout(cute.size(mD_mnl, mode=[2]) + 1))
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
 
@@ -611,6 +622,27 @@ class HopperGemm:
                     raster_along_m,
                     group_size,
                 )
+            elif cutlass.const_expr(self.varlen_k):
+                producer_state = self._produce_grouped_k(
+                    ab_pipeline,
+                    producer_state,
+                    tma_atom_a,
+                    mA_mkl,
+                    sA,
+                    tma_atom_b,
+                    mB_nkl,
+                    sB,
+                    seqlens,
+                    work_units,
+                    clusters_m,
+                    clusters_n,
+                    cluster_id,
+                    num_clusters,
+                    cluster_coord_mnk,
+                    cta_layout_mnk,
+                    raster_along_m,
+                    group_size,
+                )
             else:
                 linear = cluster_id
                 while linear < work_units:
@@ -663,6 +695,7 @@ class HopperGemm:
                 workspace,
                 split_arrivals,
                 seqlens,
+                cute.size(mA_mkl, mode=[1]),
                 clusters_m,
                 clusters_n,
                 cluster_id,
@@ -822,6 +855,116 @@ class HopperGemm:
                 linear, group, first_tile, seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
             )
         return producer_state
+
+    @cute.jit
+    def _k_range(self, seqlens, group, total_k):
+        """Grouped K: `group`'s K range [first, end) (clamped into [0, total_k] like `group_rows`) as
+        k-tiles: (first column loaded, k-tile count, columns of the first k-tile before the range, valid
+        columns of the last k-tile). The loads start at `first` rounded down to 16 bytes (a TMA box may not
+        start mid-16-bytes along a contiguous K: an illegal instruction on the H200), so the first k-tile
+        may begin with up to 15 columns of the previous group. An empty group still runs one k-tile with no
+        valid column, so every tile runs the same mainloop and stores D[g] = 0."""
+        first, end = group_rows(seqlens, group, total_k)
+        tile_k = self.tile_mnk[2]
+        lead = first % (128 // self.a_dtype.width)
+        k_tiles = cutlass.max((end - first + lead + tile_k - 1) // tile_k, 1)
+        return first - lead, k_tiles, lead, end - first + lead - (k_tiles - 1) * tile_k
+
+    @cute.jit
+    def _produce_grouped_k(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tma_atom_b,
+        mB_nkl: cute.Tensor,
+        sB: cute.Tensor,
+        seqlens,
+        work_units: Int32,
+        clusters_m: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        cta_layout_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+    ):
+        """Producer of a grouped-K instance: the tiles are walked like a batched GEMM's (one batch of D per
+        group); a tile of group g loads the k-tiles of g's K range through A's and B's whole-tensor
+        descriptors shifted to its first column (the last k-tile reads into the next group's columns, which
+        the consumers zero in A's stage: `_trim_stage`)."""
+        total_k = cute.size(mA_mkl, mode=[1])
+        linear = cluster_id
+        while linear < work_units:
+            ctile_m, ctile_n, group = cluster_tile_coord(
+                linear, clusters_m, clusters_n, raster_along_m, group_size
+            )
+            tile_m = ctile_m * self.cluster_mn[0] + cluster_coord_mnk[0]
+            tile_n = ctile_n * self.cluster_mn[1] + cluster_coord_mnk[1]
+            k_first, k_tiles, _, _ = self._k_range(seqlens, group, total_k)
+            gA = cute.local_tile(
+                cute.domain_offset((0, k_first, 0), mA_mkl),
+                cute.slice_(self.tile_mnk, (None, 0, None)),
+                (None, None, None),
+            )
+            gB = cute.local_tile(
+                cute.domain_offset((0, k_first, 0), mB_nkl),
+                cute.slice_(self.tile_mnk, (0, None, None)),
+                (None, None, None),
+            )
+            tAsA, tAgA = cpasync.tma_partition(
+                tma_atom_a,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA, 0, 2),
+            )
+            tBsB, tBgB = cpasync.tma_partition(
+                tma_atom_b,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sB, 0, 2),
+                cute.group_modes(gB, 0, 2),
+            )
+            producer_state = self._load_k_tiles(
+                ab_pipeline,
+                producer_state,
+                tma_atom_a,
+                tAgA[(None, tile_m, None, 0)],
+                tAsA,
+                tma_atom_b,
+                tBgB[(None, tile_n, None, 0)],
+                tBsB,
+                0,
+                0,
+                0,
+                k_tiles,
+            )
+            linear += num_clusters
+        return producer_state
+
+    @cute.jit
+    def _trim_stage(self, sA: cute.Tensor, sB: cute.Tensor, stage, lo: Int32, hi: Int32, tile_tidx: Int32):
+        """Grouped K: zero the K columns outside [lo, hi) of A's and B's ring stage `stage` (they hold the
+        neighbouring groups' columns), by every thread that shares the tile, before anyone's WGMMAs read
+        it. Both operands: a zero times a neighbour's value is 0 only if that value is finite."""
+        tile_k = self.tile_mnk[2]
+        for operand, rows, zero in (
+            (sA, self.tile_mnk[0], self.a_dtype(0)),
+            (sB, self.tile_mnk[1], self.b_dtype(0)),
+        ):
+            staged = operand[(None, None, stage)]
+            for j in cutlass.range_constexpr(rows * tile_k // self.tile_threads):
+                flat = j * self.tile_threads + tile_tidx
+                col = flat % tile_k
+                if col < lo or col >= hi:
+                    staged[(flat // tile_k, col)] = zero
+        # The zeros are generic-proxy writes; WGMMA reads shared memory through the async proxy.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=TRIM_BARRIER, number_of_threads=self.tile_threads)
 
     @cute.jit
     def _produce_gathered(
@@ -1015,6 +1158,7 @@ class HopperGemm:
         workspace,
         split_arrivals,
         seqlens,
+        total_k,
         clusters_m: Int32,
         clusters_n: Int32,
         cluster_id: Int32,
@@ -1128,18 +1272,35 @@ class HopperGemm:
                 tile_n = ctile_n * cn + cluster_coord_mnk[1]
 
             self._wait_turn(MMA_TURN_BARRIER, wg)
-            read_state, release_state = mainloop(
-                ab_pipeline,
-                tiled_mma,
-                accumulators,
-                k_accs,
-                tCrA,
-                tCrB,
-                read_state,
-                release_state,
-                k_end - k_begin,
-                wg,
-            )
+            if cutlass.const_expr(self.varlen_k):
+                # The tile's group is its batch (an empty group runs one k-tile trimmed to zeros).
+                _, group_k_tiles, lead_cols, tail_cols = self._k_range(seqlens, batch, total_k)
+                read_state, release_state = mainloop(
+                    ab_pipeline,
+                    tiled_mma,
+                    accumulators,
+                    k_accs,
+                    tCrA,
+                    tCrB,
+                    read_state,
+                    release_state,
+                    group_k_tiles,
+                    wg,
+                    (sA, sB, lead_cols, tail_cols, tidx % self.tile_threads),
+                )
+            else:
+                read_state, release_state = mainloop(
+                    ab_pipeline,
+                    tiled_mma,
+                    accumulators,
+                    k_accs,
+                    tCrA,
+                    tCrB,
+                    read_state,
+                    release_state,
+                    k_end - k_begin,
+                    wg,
+                )
 
             self._wait_turn(EPI_TURN_BARRIER, wg)
             if cutlass.const_expr(self.varlen_m):
@@ -1573,7 +1734,19 @@ class HopperGemm:
         return tiled_mma
 
     @cute.jit
-    def _issue_next_k_tile(self, ab_pipeline, tiled_mma, acc, tCrA, tCrB, read_state, accumulate: bool):
+    def _issue_next_k_tile(
+        self,
+        ab_pipeline,
+        tiled_mma,
+        acc,
+        tCrA,
+        tCrB,
+        read_state,
+        accumulate: bool,
+        trim=None,
+        is_first=None,
+        is_last=None,
+    ):
         """Wait until the ring stage at `read_state` is full, issue that k-tile's WGMMAs into `acc` (one
         committed batch, `_mma_k_tile`) and step `read_state` to the next stage. The batch stays in flight
         and the stage in use: the caller waits for the batch (`warpgroup.wait_group`), then releases it.
@@ -1582,6 +1755,13 @@ class HopperGemm:
         their loops and branches.
         """
         ab_pipeline.consumer_wait(read_state)
+        if cutlass.const_expr(trim is not None):
+            sA, sB, lead_cols, tail_cols, tile_tidx = trim
+            # This k-tile's columns of the group: [lo, hi) (the first may start late, the last end early).
+            lo = lead_cols if is_first else 0
+            hi = tail_cols if is_last else self.tile_mnk[2]
+            if lo > 0 or hi < self.tile_mnk[2]:
+                self._trim_stage(sA, sB, read_state.index, lo, hi, tile_tidx)
         if cutlass.const_expr(self.gather_a):
             # cp.async wrote A through the generic proxy; WGMMA reads shared memory through the async one.
             cute.arch.fence_proxy("async.shared", space="cta")
@@ -1602,21 +1782,32 @@ class HopperGemm:
         release_state,
         k_tile_cnt: Int32,
         wg,
+        trim=None,
     ):
         """All k-tiles of one output tile, accumulated by the WGMMAs themselves into `accumulators` (16-bit
         inputs, fp8 fast accumulation). K >= 1, so there is at least one k-tile. Returns the advanced
-        `(read_state, release_state)`.
+        `(read_state, release_state)`. `trim` (grouped K): (sA, valid columns of the last k-tile, this
+        thread's index in the tile): the last k-tile's A columns past the group's range are zeroed.
 
         One WGMMA batch stays in flight: the stage of k-tile i-1 is released once k-tile i's batch is
         issued and i-1's has completed. `k_accs` is unused: both mainloops take the same arguments (fp8
         slow accumulation: `_promoted_mainloop`).
         """
         tiled_mma, read_state = self._issue_next_k_tile(
-            ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, read_state, False
+            ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, read_state, False, trim, True, k_tile_cnt == 1
         )
-        for _ in range(1, k_tile_cnt):
+        for k_tile in range(1, k_tile_cnt):
             tiled_mma, read_state = self._issue_next_k_tile(
-                ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, read_state, True
+                ab_pipeline,
+                tiled_mma,
+                accumulators,
+                tCrA,
+                tCrB,
+                read_state,
+                True,
+                trim,
+                False,
+                k_tile == k_tile_cnt - 1,
             )
             warpgroup.wait_group(1)  # k-tile - 1 is done with its stage
             ab_pipeline.consumer_release(release_state)
@@ -1829,4 +2020,38 @@ class HopperGemmGatherA(HopperGemm):
             stream,
             cu_seqlens_m=cu_seqlens_m,
             a_idx=a_idx,
+        )
+
+
+class HopperGemmVarlenK(HopperGemm):
+    """Grouped GEMM with a variable K per group (the weight gradient of a mixture-of-experts layer): mA (M,
+    total K, 1) and mB (N, total K, 1) hold all groups' K ranges one after another, mD (M, N, G) one result
+    per group; `cu_seqlens_k` points to int32[G + 1] non-decreasing K offsets on the device. Group g
+    computes D[:, :, g] = alpha * A[:, s_g:s_g+1] @ B[:, s_g:s_g+1]^T (an empty group writes zeros)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        alpha: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_k: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_k,
         )

@@ -139,9 +139,9 @@ def _id(inst) -> str:
     return inst.id
 
 
-# Grouped (varlen M) instances take a different problem (G groups of rows, launched with cu_seqlens_m):
-# tests/gpu/test_grouped.py covers them; every other test runs the plain and batched GEMMs.
-INSTANCES = sorted((i for i in hgemm_sm90.instances() if not i.varlen_m), key=_id)
+# Grouped instances (varlen M or K) take a different problem (G groups, launched with cu_seqlens_m or
+# cu_seqlens_k): tests/gpu/test_grouped.py covers them; every other test runs the plain and batched GEMMs.
+INSTANCES = sorted((i for i in hgemm_sm90.instances() if i.varlen == "none"), key=_id)
 GROUPED = sorted((i for i in hgemm_sm90.instances() if i.varlen_m), key=_id)
 
 

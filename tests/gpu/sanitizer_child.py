@@ -60,7 +60,13 @@ def odd_majors(inst) -> list[str]:
 def required_features(inst) -> set[tuple]:
     """What must be covered: every value of every family axis shipped, at least once. Grouped (varlen M)
     instances form families of their own (their walk and their epilogue differ), so they never stand in
-    for a plain instance's family, nor a plain one for theirs."""
+    for a plain instance's family, nor a plain one for theirs; grouped-K instances likewise."""
+    if getattr(inst, "varlen_k", False):
+        return {
+            ("grouped-K tile family", tile_family(inst)),
+            ("grouped-K inputs", input_kind(inst)),
+            ("grouped-K layout", f"{inst.a_major}{inst.b_major}{inst.d_major}"),
+        }
     if getattr(inst, "varlen_m", False):
         return {
             ("grouped tile family", tile_family(inst)),
@@ -265,6 +271,9 @@ def run(shape: Shape, ids: list[str]) -> int:
         if getattr(inst, "varlen_m", False):
             failed += run_grouped(g, inst, torch)
             continue
+        if getattr(inst, "varlen_k", False):
+            failed += run_grouped_k(g, inst, torch)
+            continue
         overrides = {}
         if getattr(inst, "k_split", "none") == "split":
             # Split-K needs few tiles: decode-sized M, a K of 14 k-tiles (the last partial) in 3 splits
@@ -334,6 +343,45 @@ def run_grouped(g, inst, torch) -> int:
         _host(inside, p.d)[owned] = True
         untouched = d[~inside]
         assert bool((untouched == g.D_SENTINEL).all()), "an element of D's buffer outside every group changed"
+        _say("ok", iid, f"rel_err={rel:.3e}")
+        return 0
+    except (Exception, AssertionError) as e:  # noqa: BLE001 - reported
+        _say("fail", iid, " ".join(f"{type(e).__name__}: {e}".split()))
+        return 1
+
+
+def run_grouped_k(g, inst, torch) -> int:
+    """One grouped-K launch (tests/gpu/test_grouped.py's problem: K ranges with empty groups and partial
+    last k-tiles) checked on the host: each group's D against the fp64 reference (zeros for an empty
+    group), everything else of D's buffer still the sentinel. Returns 1 on failure, else 0."""
+    from tests.gpu.test_grouped import GroupedK
+
+    iid = inst.id
+    try:
+        gen = torch.Generator(device=g.DEVICE).manual_seed(zlib.crc32(f"sanitizer-{iid}".encode()))
+        p = GroupedK(inst, (0, 1, 7, 130, 257, 0, 3), 264, 520, gen)
+        torch.cuda.synchronize()
+        _say("launch", iid, f"grouped K offsets {p.seqlens} m {p.m} n {p.n}")
+        p.launch()
+        torch.cuda.synchronize()
+        d_buf = p.d_buf.cpu()
+        d = torch.as_strided(d_buf, p.d.shape, p.d.stride()).double()
+        a, b = p.a.cpu().double(), p.b.cpu().double()
+        num = den = 0.0
+        for gi in range(p.groups):
+            first, end = p.seqlens[gi], p.seqlens[gi + 1]
+            ref = p.alpha * a[:, first:end] @ b[:, first:end].T
+            assert not bool(torch.isnan(d[gi]).any()), f"group {gi}: unwritten (NaN) elements"
+            num += float(torch.linalg.vector_norm(d[gi] - ref)) ** 2
+            den += float(torch.linalg.vector_norm(ref)) ** 2
+        rel = (num / den) ** 0.5
+        bound = g.REL_BOUND[inst.d_dtype]
+        if g.is_fp8(inst):
+            bound = max(bound, g.FP8_ACC_REL_BOUND[bool(inst.fp8_fast_accum)])
+        assert rel < bound, f"||D - ref|| / ||ref|| = {rel:.3e} >= {bound:g}"
+        inside = torch.zeros(d_buf.shape, dtype=torch.bool)
+        torch.as_strided(inside, p.d.shape, p.d.stride()).fill_(True)
+        assert bool((d_buf[~inside] == g.D_SENTINEL).all()), "an element of D's buffer outside D changed"
         _say("ok", iid, f"rel_err={rel:.3e}")
         return 0
     except (Exception, AssertionError) as e:  # noqa: BLE001 - reported

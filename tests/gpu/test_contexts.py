@@ -30,7 +30,7 @@ def _plain_bf16():
         for i in hgemm_sm90.instances()
         if (i.a_dtype, i.d_dtype, i.a_major, i.b_major, i.d_major) == ("bf16", "bf16", "k", "k", "n")
         and not i.has_c
-        and not i.varlen_m
+        and i.varlen == "none"
         and i.schedule == "cooperative"
     )
 
@@ -118,7 +118,7 @@ def test_threads_race_on_first_use_and_keep_their_own_results():
         for i in hgemm_sm90.instances()
         if (i.a_dtype, i.d_dtype, i.a_major, i.b_major, i.d_major) == ("bf16", "bf16", "k", "k", "n")
         and not i.has_c
-        and not i.varlen_m
+        and i.varlen == "none"
     ][:4]
     # A fresh Runtime (no kernel loaded, no plan): the threads below all hit first use together.
     fresh = state.Runtime()

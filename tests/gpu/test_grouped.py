@@ -346,3 +346,186 @@ def test_grouped_gemm_gathers_a(dtype, fast, gen):
             g.REL_BOUND["bf16"] if dtype == "bf16" else max(g.REL_BOUND["bf16"], g.FP8_ACC_REL_BOUND[fast])
         )
         assert rel < bound, f"expert {e}: relative error {rel:.3g}"
+
+
+# --- grouped K (the weight gradient) --------------------------------------------------------------------
+
+GROUPED_K = sorted((i for i in hgemm_sm90.instances() if i.varlen_k), key=_id)
+
+
+class GroupedK:
+    """A grouped-K problem: A (m, total K) and B (n, total K) with the instance's majors (padded leading
+    dimensions), D (G, m, n) row-major with padded rows and a padded group stride, NaN-poisoned, a sentinel
+    in the padding and the guard after it."""
+
+    def __init__(self, inst, ks, m: int, n: int, gen, seqlens=None):
+        self.inst, self.m, self.n = inst, m, n
+        self.seqlens = offsets(ks) if seqlens is None else list(seqlens)
+        self.groups = len(self.seqlens) - 1
+        in_dtype = g.TORCH_DTYPE[inst.a_dtype]
+        self.d_dtype = g.TORCH_DTYPE[inst.d_dtype]
+        align = 16 // g.ELEM_BYTES[str(inst.a_dtype)]
+        # The total K: the groups' end, padded to whole 16-byte rows for K-major operands (TMA's rule);
+        # the columns past the last group belong to no group.
+        self.k = g.round_up(max(max(self.seqlens), 1), align)
+        std = g.input_std(inst, self.k)
+
+        def operand(rows, major_rows: bool):
+            # rows x k; stored with k contiguous ("k" major) or rows contiguous (m/n major), padded.
+            if major_rows:
+                ld = g.round_up(rows, align) + align
+                buf = g.random_values((self.k * ld + 64,), in_dtype, gen, std).to(in_dtype)
+                return buf, buf[: self.k * ld].view(self.k, ld)[:, :rows].t(), ld
+            ld = g.round_up(self.k, align) + align
+            buf = g.random_values((rows * ld + 64,), in_dtype, gen, std).to(in_dtype)
+            return buf, buf[: rows * ld].view(rows, ld)[:, : self.k], ld
+
+        self.a_buf, self.a, self.lda = operand(m, inst.a_major == "m")
+        self.b_buf, self.b, self.ldb = operand(n, inst.b_major == "n")
+        self.ldd = n + 16 // g.ELEM_BYTES[str(inst.d_dtype)]
+        self.bsd = m * self.ldd + 64
+        self.d_buf = torch.full((self.groups * self.bsd + 64,), SENTINEL, dtype=self.d_dtype, device=g.DEVICE)
+        self.d = torch.as_strided(self.d_buf, (self.groups, m, n), (self.bsd, self.ldd, 1))
+        self.d[:] = float("nan")
+        self.alpha = g.random_scale(gen)
+        self.cu = torch.tensor(self.seqlens, dtype=torch.int32, device=g.DEVICE)
+
+    def launch(self, stream=None):
+        hgemm_sm90.launch(
+            self.inst.id,
+            (self.a.data_ptr(), self.b.data_ptr(), self.d.data_ptr()),
+            torch.cuda.current_stream() if stream is None else stream,
+            m=self.m,
+            n=self.n,
+            k=self.k,
+            lda=self.lda,
+            ldb=self.ldb,
+            ldd=self.ldd,
+            batch_stride_d=self.bsd,
+            alpha=self.alpha,
+            cu_seqlens_k=self.cu.data_ptr(),
+            num_groups=self.groups,
+        )
+
+    def plain_sibling(self):
+        """The shipped instance that is this one without groups (same dtypes, layout, tile), or None."""
+        plain = self.inst.id.replace("_varlenk", "")
+        return plain if any(i.id == plain for i in hgemm_sm90.instances()) else None
+
+    def plain_result(self, plain: str, first: int, end: int):
+        """D of the plain instance on A[:, first:end] @ B[:, first:end]^T, each operand copied into a
+        zeroed buffer in the instance's layout, with the grouped kernel's k-tile boundaries: the range
+        starts `first % (elements per 16 bytes)` columns in (the kernel's loads start 16-byte aligned) and
+        K is padded to whole 16-byte rows."""
+        align = 16 // g.ELEM_BYTES[str(self.inst.a_dtype)]
+        lead = first % align
+        kp = g.round_up(lead + end - first, align)
+
+        def copy(x, major_rows: bool):
+            rows = x.shape[0]
+            if major_rows:  # (K, rows) storage, rows contiguous
+                buf = torch.zeros(kp, rows, dtype=x.dtype, device=g.DEVICE)
+                buf[lead : lead + end - first] = x[:, first:end].t()
+                return buf, buf.t(), rows
+            buf = torch.zeros(rows, kp, dtype=x.dtype, device=g.DEVICE)
+            buf[:, lead : lead + end - first] = x[:, first:end]
+            return buf, buf, kp
+
+        _, a, lda = copy(self.a, self.inst.a_major == "m")
+        _, b, ldb = copy(self.b, self.inst.b_major == "n")
+        d = torch.full((self.m, self.n), float("nan"), dtype=self.d_dtype, device=g.DEVICE)
+        hgemm_sm90.launch(
+            plain,
+            (a.data_ptr(), b.data_ptr(), d.data_ptr()),
+            torch.cuda.current_stream(),
+            m=self.m,
+            n=self.n,
+            k=kp,
+            lda=lda,
+            ldb=ldb,
+            alpha=self.alpha,
+        )
+        torch.cuda.synchronize()
+        return d
+
+    def check(self, what: str = ""):
+        torch.cuda.synchronize()
+        fast = bool(self.inst.fp8_fast_accum)
+        for gi in range(self.groups):
+            first = min(max(self.seqlens[gi], 0), self.k)
+            end = min(max(self.seqlens[gi + 1], first), self.k)
+            ours = self.d[gi].double()
+            where = f"{self.inst.id} {what} group {gi} K [{first}, {end})"
+            assert not torch.isnan(ours).any(), f"{where}: unwritten (NaN) elements of D"
+            if end == first:
+                assert bool((ours == 0).all()), f"{where}: an empty group's D is not zero"
+                continue
+            sibling = self.plain_sibling()
+            if sibling is not None:
+                # The same kernel without groups, on this group's K range alone (zero-padded to whole
+                # 16-byte rows): the same k-tiles in the same order, so the same bits. The plain kernel's
+                # accuracy against cuBLAS is test_numerics.py's.
+                theirs = self.plain_result(sibling, first, end)
+                assert torch.equal(g.bits(self.d[gi]), g.bits(theirs)), (
+                    f"{where}: differs from {sibling} on the group's K range alone"
+                )
+                continue
+            a = self.a[:, first:end].unsqueeze(0)
+            b = self.b[:, first:end].unsqueeze(0)
+            ref = (a.double() @ b.double().mT)[0] * self.alpha
+            acc, via = g.torch_accumulator(a, b, fast)
+            theirs = (acc[0] * self.alpha).to(self.d_dtype).double()
+            scale = ref.abs().max().item() or 1.0
+            err_ours = (ours - ref).abs().max().item()
+            err_torch = (theirs - ref).abs().max().item()
+            bound = g.K_FACTOR_FP8_FAST if fast else g.K_FACTOR
+            assert err_ours <= bound * err_torch + g.ATOL_REL * scale + 1e-30, (
+                f"{where}: max error {err_ours:.3g} vs {via} {err_torch:.3g} (|ref| max {scale:.3g})"
+            )
+        pad = torch.as_strided(
+            self.d_buf, (self.groups, self.m, self.ldd - self.n), (self.bsd, self.ldd, 1), self.n
+        )
+        assert bool((pad == SENTINEL).all()), f"{self.inst.id} {what}: D's row padding was written"
+        gaps = [
+            self.d_buf[gi * self.bsd + self.m * self.ldd : (gi + 1) * self.bsd] for gi in range(self.groups)
+        ]
+        assert all(bool((x == SENTINEL).all()) for x in gaps), (
+            f"{self.inst.id} {what}: a group's gap was written"
+        )
+
+
+# K sizes per group: empty groups, one column, sizes that are not a multiple of 8 or of the tile's K
+# (the last k-tile of a group is trimmed), a group over many k-tiles.
+K_SIZES = [
+    ("one", [517]),
+    ("ragged", [0, 1, 7, 0, 130, 64, 0, 257, 3]),
+    ("big_last", [5, 0, 1000]),
+]
+
+
+@pytest.mark.parametrize("inst", GROUPED_K, ids=_id)
+@pytest.mark.parametrize(("name", "ks"), K_SIZES, ids=[s[0] for s in K_SIZES])
+def test_grouped_k(inst, name, ks, gen):
+    p = GroupedK(inst, ks, 264, 520, gen)
+    p.launch()
+    p.check(name)
+
+
+@pytest.mark.parametrize("inst", GROUPED_K[:2], ids=_id)
+def test_grouped_k_graph_replay_follows_new_offsets(inst, gen):
+    first, second = [40, 0, 200, 9], [0, 129, 1, 119]
+    p = GroupedK(inst, first, 136, 264, gen)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        p.launch(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        p.launch(stream)
+    for ks in (first, second):
+        p.seqlens = offsets(ks)
+        p.cu.copy_(torch.tensor(p.seqlens, dtype=torch.int32))
+        p.d[:] = float("nan")
+        graph.replay()
+        p.check(f"graph replay {ks}")

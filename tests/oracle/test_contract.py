@@ -106,6 +106,7 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
         i32 = {"raster_along_m", "group_size", *(("k_splits",) if split else ())}
         assert {p.name for p in rec.params if p.kind == "i32"} == i32
         pointers = {"workspace"} if split else {"cu_seqlens_m"} if spec.varlen_m else set()
+        pointers |= {"cu_seqlens_k"} if spec.varlen_k else set()
         pointers |= {"a_idx"} if spec.gather_a else set()
         assert {p.name for p in rec.params if p.kind == "pointer"} == pointers
         assert {p.name for p in rec.params if p.kind == "f32"} == (
@@ -115,6 +116,7 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     assert any(spec.k_split == "split" for spec, _, _ in kernels), "the ci profile lacks a split-K instance"
     assert any(spec.varlen_m for spec, _, _ in kernels), "the ci profile lacks a grouped instance"
     assert any(spec.gather_a for spec, _, _ in kernels), "the ci profile lacks a gathering instance"
+    assert any(spec.varlen_k for spec, _, _ in kernels), "the ci profile lacks a grouped-K instance"
 
 
 @pytest.mark.parametrize("case_seed", [0])
@@ -125,9 +127,9 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
         ops = problem.layouts(rec.spec)
         for case in range(CASES):
             pr = _random_problem(rng, rec)
-            groups = pr["groups"] if spec.varlen_m else None
+            groups = pr["groups"] if spec.varlen != "none" else None
             a_rows = pr["a_rows"] if spec.gather_a else None
-            if spec.varlen_m:
+            if spec.varlen != "none":
                 pr["batch"] = 1
             values = problem.resolve(
                 rec.id,
@@ -148,6 +150,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
             if spec.varlen_m:
                 values["cu_seqlens_m"] = pr["cu_seqlens_m"]
+            if spec.varlen_k:
+                values["cu_seqlens_k"] = pr["cu_seqlens_m"]
             if spec.gather_a:
                 values["a_idx"] = pr["a_idx"]
             # The DSL's host entry: tensor structs (data, extents, the two non-unit strides), scalars, stream.
@@ -187,6 +191,10 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 total = scheduling.grouped_cluster_tiles(
                     values["m"], values["n"], values["g"], *spec.problem_tile, *rec.cluster[:2]
                 )
+            if spec.varlen_k:
+                total = scheduling.cluster_tiles(
+                    values["m"], values["n"], values["g"], *spec.problem_tile, *rec.cluster[:2]
+                )[2]
             grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
             assert want.grid == grid, where
             assert want.block == rec.block, where

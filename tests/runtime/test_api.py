@@ -63,6 +63,10 @@ def _expect(man, iid, values, clusters=66):
         total = scheduling.grouped_cluster_tiles(
             values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.cluster[:2]
         )
+    if rec.spec.varlen_k:  # grouped K: the tile grid once per group
+        total = scheduling.cluster_tiles(
+            values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.cluster[:2]
+        )[2]
     return want, scheduling.persistent_grid(total, clusters, *rec.cluster[:2])
 
 
@@ -91,7 +95,9 @@ def _values(
     values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)], groups, a_rows)
     values["a_idx"] = a_idx
     cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.problem_tile, *rec.cluster[:2])
-    if groups is not None:
+    if groups is not None and rec.spec.varlen_k:  # grouped K: the whole tile grid in every group
+        values["cu_seqlens_k"] = cu_seqlens_m
+    elif groups is not None:
         cm = -(-cm // groups)  # grouped: the walk of one group of the average size
         values["cu_seqlens_m"] = cu_seqlens_m
     swap = rec.spec.swap_ab  # the kernel walks its own (transposed) tile grid
@@ -150,7 +156,7 @@ def _random_problem(rng: random.Random, rec) -> dict:
         m=m,
         n=n,
         k=k,
-        batch=1 if rec.spec.varlen_m else rng.randint(1, 3),
+        batch=1 if rec.spec.varlen != "none" else rng.randint(1, 3),
         lds=tuple(lds),
         alpha=rng.uniform(-4, 4),
         beta=rng.uniform(-4, 4) if rec.spec.has_c else 0.0,
@@ -170,7 +176,7 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             kw = dict(m=pr["m"], n=pr["n"], k=pr["k"], batch=pr["batch"], lda=lds[0], ldb=lds[1], ldd=lds[2])
             if has_c:
                 kw["ldc"] = lds[3]
-            groups = rng.choice([1, 8, 256]) if rec.spec.varlen_m else None
+            groups = rng.choice([1, 8, 256]) if rec.spec.varlen != "none" else None
             if groups is not None:
                 kw["num_groups"] = groups
             a_rows = pr.pop("a_rows")
@@ -193,7 +199,7 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                     alpha=alpha,
                     beta=beta,
                     workspace=ws,
-                    cu_seqlens_m=cu,
+                    **{("cu_seqlens_k" if rec.spec.varlen_k else "cu_seqlens_m"): cu},
                     a_idx=idx,
                     **kw,
                 )
@@ -816,4 +822,43 @@ def test_gather_arguments_on_a_plain_grouped_instance_are_refused(ci, fake, kw, 
     fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
     with pytest.raises(runtime.InvalidArgumentError, match=message):
         runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=256, num_groups=2, cu_seqlens_m=S, **kw)
+    assert not fake.launches
+
+
+def _grouped_k(man) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_k]
+    assert ids, "the ci profile must hold a grouped-K instance (kernel_specs.yaml)"
+    return ids[0]
+
+
+def test_grouped_k_launch_sends_its_offsets_and_one_tile_grid_per_group(ci, fake):
+    iid = _grouped_k(ci)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    m, n, k, groups = 1000, 1024, 4096, 8
+    for cu in (S, S + 64):  # the second launch is a cache hit: the new address is patched in
+        runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, num_groups=groups, cu_seqlens_k=cu)
+        values = _values(rec, (A, B, D), m, n, k, groups=groups, cu_seqlens_m=cu)
+        want, grid = _expect(ci, iid, values)
+        _assert_sent(fake.launches[-1], rec, want)
+        tiles = scheduling.cluster_tiles(m, n, groups, *rec.spec.problem_tile, 1, 1)[2]
+        assert fake.launches[-1].grid == grid and grid[0] == min(tiles, 66)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"cu_seqlens_k": None}, r"needs the groups' K offsets, but cu_seqlens_k is None"),
+        ({"cu_seqlens_m": S}, r"cu_seqlens_m given, but this grouped instance takes cu_seqlens_k"),
+        ({"num_groups": None}, r"needs the number of groups"),
+        ({"cu_seqlens_k": S + 1}, r"cu_seqlens_k=.* is not a non-null, 4-byte aligned"),
+    ],
+)
+def test_bad_grouped_k_input_raises_before_launching(ci, fake, kw, message):
+    iid = _grouped_k(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    args = dict(m=256, n=256, k=1024, num_groups=4, cu_seqlens_k=S)
+    args.update(kw)
+    with pytest.raises(runtime.InvalidArgumentError, match=message):
+        runtime.launch(iid, (A, B, D), 0, **args)
     assert not fake.launches

@@ -170,6 +170,10 @@ def test_select_never_returns_an_instance_that_cannot_run(catalog_rt, default_sp
         for gpu in ("H200", "H100 PCIe"):
             for _ in range(4):
                 m, n, k = (16 * max(1, round(2 ** rng.uniform(0, 10))) for _ in range(3))
+                if cls.grouped_k:  # no dispatch for grouped K yet: launch() only; select never picks it
+                    plain = select(m, n, k, gpu=gpu, **_problem_kwargs(cls))
+                    assert not GemmSpec.parse(plain.instance_id).varlen_k
+                    continue
                 if cls.grouped:  # grouped classes are chosen by select_grouped (the cost model)
                     kw = dict(a_dtype=cls.a_dtype, b_dtype=cls.b_dtype, d_dtype=cls.d_dtype, gpu=gpu)
                     groups = rng.choice((1, 8, 256))

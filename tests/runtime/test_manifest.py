@@ -116,7 +116,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("smem_bytes",), "232448", r"smem_bytes must be an integer"),
         (("sha256",), "ABC", r"sha256 must be 64 lowercase hex"),
         (("param_bytes",), 100, r"param_bytes 100 is smaller"),
-        (("grid",), "tiles", r"grid must be one of \[.persistent_clusters., .grouped_clusters.\]"),
+        (("grid",), "tiles", r"grid must be one of \[.persistent_clusters., .grouped_clusters., .group_b"),
         (("cluster",), [1, 1, 1], r"cluster \[1, 1, 1\] disagrees with the spec's cluster"),
         (("pdl",), 1, r"pdl must be true or false"),
         (("spec", "schedule"), "fast", r"spec is not a valid spec"),

@@ -19,8 +19,8 @@ SPEC_FILE = REPO / "kernel_specs.yaml"
 # Budgets, not change detectors (`python -m build_tools.regen --check` already catches any drift of the
 # matrix against docs/INSTANCES.md): wheel build time and size grow linearly with the default profile, and
 # the CPU test tier compiles every `ci` instance. Raising one is a decision, so it is a test edit.
-DEFAULT_BUDGET = 360  # 339 + the grouped (varlen M) groups, plain and gathered A (issue 11, 2026-12-01)
-CI_BUDGET = 17
+DEFAULT_BUDGET = 370  # 339 + the grouped groups: varlen M, gathered A, varlen K (issue 11, 2026-12-01)
+CI_BUDGET = 18
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
 SMALL = {
