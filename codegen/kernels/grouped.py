@@ -1,0 +1,404 @@
+"""The grouped GEMM's parts of the kernel (codegen/kernels/gemm_sm90.py, docs/KERNEL.md "Grouped GEMM"): the
+walk over groups, the producers of grouped M (TMA and gathered A) and grouped K, and the stores and trims
+those need. A mixin of `HopperGemm`: its methods read the kernel's configuration from `self` like the
+kernel's own, and `HopperGemm` inherits them, so a grouped instance is the same kernel with these parts
+switched on at trace time (plain instances' cubins do not change).
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+from cutlass.cute.nvgpu import cpasync
+
+from .barriers import THREADS_PER_WARPGROUP, TRIM_BARRIER
+from .tile_scheduler import cluster_tile_coord, group_rows, varlen_locate
+
+
+class GroupedWalks:
+    """Grouped-GEMM methods of `HopperGemm` (see the module docstring)."""
+
+    @cute.jit
+    def _grouped_tile(
+        self,
+        linear,
+        group,
+        first_tile,
+        seqlens,
+        total_rows,
+        clusters_n,
+        cluster_coord_mnk,
+        raster_along_m,
+        group_size,
+    ):
+        """Grouped (varlen M): this CTA's tile of cluster tile `linear` of group `group` (whose first
+        cluster tile is `first_tile`): (tile_m within the group, tile_n, the group's first row, its end
+        row). Inside a group the cluster tiles are walked like one problem's (tile_scheduler.py)."""
+        cm, cn = self.cluster_mn
+        row_first, row_end = group_rows(seqlens, group, total_rows)
+        rows = self.tile_mnk[0] * cm
+        ctile_m, ctile_n, _ = cluster_tile_coord(
+            linear - first_tile,
+            (row_end - row_first + rows - 1) // rows,
+            clusters_n,
+            raster_along_m,
+            group_size,
+        )
+        return ctile_m * cm + cluster_coord_mnk[0], ctile_n * cn + cluster_coord_mnk[1], row_first, row_end
+
+    @cute.jit
+    def _produce_grouped(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tAsA,
+        tma_atom_b,
+        tBgB,
+        tBsB,
+        a_mcast_mask,
+        b_mcast_mask,
+        seqlens,
+        k_tile_cnt: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        cta_layout_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+    ):
+        """Producer of a grouped (varlen M) instance: walk this CTA's tiles group by group and load each
+        one's k-tiles. A is read through its whole-tensor descriptor shifted to the group's first row:
+        rows past the group's end belong to the next group (or are past A and zero-filled); they only
+        feed accumulator rows that the epilogue never stores. B is the group's matrix (batch index)."""
+        num_groups = cute.size(seqlens) - 1
+        total_rows = cute.size(mA_mkl, mode=[0])
+        rows_per_cluster_tile = self.tile_mnk[0] * self.cluster_mn[0]
+        linear = cluster_id
+        group, first_tile = varlen_locate(
+            linear, Int32(0), Int32(0), seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+        )
+        while group < num_groups:
+            tile_m, tile_n, row_first, _ = self._grouped_tile(
+                linear,
+                group,
+                first_tile,
+                seqlens,
+                total_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            gA_group = cute.local_tile(
+                cute.domain_offset((row_first, 0, 0), mA_mkl),
+                cute.slice_(self.tile_mnk, (None, 0, None)),
+                (None, None, None),
+            )
+            _, tAgA_group = cpasync.tma_partition(
+                tma_atom_a,
+                cluster_coord_mnk[1],
+                cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+                cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA_group, 0, 2),
+            )
+            producer_state = self._load_k_tiles(
+                ab_pipeline,
+                producer_state,
+                tma_atom_a,
+                tAgA_group[(None, tile_m, None, 0)],
+                tAsA,
+                tma_atom_b,
+                tBgB[(None, tile_n, None, group)],
+                tBsB,
+                a_mcast_mask,
+                b_mcast_mask,
+                0,
+                k_tile_cnt,
+            )
+            linear += num_clusters
+            group, first_tile = varlen_locate(
+                linear, group, first_tile, seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+            )
+        return producer_state
+
+    @cute.jit
+    def _k_range(self, seqlens, group, total_k):
+        """Grouped K: `group`'s K range [first, end) (clamped into [0, total_k] like `group_rows`) as
+        k-tiles: (first column loaded, k-tile count, columns of the first k-tile before the range, valid
+        columns of the last k-tile). The loads start at `first` rounded down to 16 bytes (a TMA box may not
+        start mid-16-bytes along a contiguous K: an illegal instruction on the H200), so the first k-tile
+        may begin with up to 15 columns of the previous group. An empty group still runs one k-tile with no
+        valid column, so every tile runs the same mainloop and stores D[g] = 0."""
+        first, end = group_rows(seqlens, group, total_k)
+        tile_k = self.tile_mnk[2]
+        lead = first % (128 // self.a_dtype.width)
+        k_tiles = cutlass.max((end - first + lead + tile_k - 1) // tile_k, 1)
+        return first - lead, k_tiles, lead, end - first + lead - (k_tiles - 1) * tile_k
+
+    @cute.jit
+    def _produce_grouped_k(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tma_atom_b,
+        mB_nkl: cute.Tensor,
+        sB: cute.Tensor,
+        seqlens,
+        work_units: Int32,
+        clusters_m: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        cta_layout_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+    ):
+        """Producer of a grouped-K instance: the tiles are walked like a batched GEMM's (one batch of D per
+        group); a tile of group g loads the k-tiles of g's K range through A's and B's whole-tensor
+        descriptors shifted to its first column (the last k-tile reads into the next group's columns, which
+        the consumers zero in A's stage: `_trim_stage`)."""
+        total_k = cute.size(mA_mkl, mode=[1])
+        linear = cluster_id
+        while linear < work_units:
+            ctile_m, ctile_n, group = cluster_tile_coord(
+                linear, clusters_m, clusters_n, raster_along_m, group_size
+            )
+            tile_m = ctile_m * self.cluster_mn[0] + cluster_coord_mnk[0]
+            tile_n = ctile_n * self.cluster_mn[1] + cluster_coord_mnk[1]
+            k_first, k_tiles, _, _ = self._k_range(seqlens, group, total_k)
+            gA = cute.local_tile(
+                cute.domain_offset((0, k_first, 0), mA_mkl),
+                cute.slice_(self.tile_mnk, (None, 0, None)),
+                (None, None, None),
+            )
+            gB = cute.local_tile(
+                cute.domain_offset((0, k_first, 0), mB_nkl),
+                cute.slice_(self.tile_mnk, (0, None, None)),
+                (None, None, None),
+            )
+            tAsA, tAgA = cpasync.tma_partition(
+                tma_atom_a,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA, 0, 2),
+            )
+            tBsB, tBgB = cpasync.tma_partition(
+                tma_atom_b,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sB, 0, 2),
+                cute.group_modes(gB, 0, 2),
+            )
+            producer_state = self._load_k_tiles(
+                ab_pipeline,
+                producer_state,
+                tma_atom_a,
+                tAgA[(None, tile_m, None, 0)],
+                tAsA,
+                tma_atom_b,
+                tBgB[(None, tile_n, None, 0)],
+                tBsB,
+                0,
+                0,
+                0,
+                k_tiles,
+            )
+            linear += num_clusters
+        return producer_state
+
+    @cute.jit
+    def _trim_stage(self, sA: cute.Tensor, sB: cute.Tensor, stage, lo: Int32, hi: Int32, tile_tidx: Int32):
+        """Grouped K: zero the K columns outside [lo, hi) of A's and B's ring stage `stage` (they hold the
+        neighbouring groups' columns), by every thread that shares the tile, before anyone's WGMMAs read
+        it. Both operands: a zero times a neighbour's value is 0 only if that value is finite."""
+        tile_k = self.tile_mnk[2]
+        for operand, rows, zero in (
+            (sA, self.tile_mnk[0], self.a_dtype(0)),
+            (sB, self.tile_mnk[1], self.b_dtype(0)),
+        ):
+            staged = operand[(None, None, stage)]
+            for j in cutlass.range_constexpr(rows * tile_k // self.tile_threads):
+                flat = j * self.tile_threads + tile_tidx
+                col = flat % tile_k
+                if col < lo or col >= hi:
+                    staged[(flat // tile_k, col)] = zero
+        # The zeros are generic-proxy writes; WGMMA reads shared memory through the async proxy.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.barrier(barrier_id=TRIM_BARRIER, number_of_threads=self.tile_threads)
+
+    @cute.jit
+    def _produce_gathered(
+        self,
+        ab_pipeline,
+        producer_state,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tma_atom_b,
+        tBgB,
+        tBsB,
+        seqlens,
+        a_idx,
+        k_tile_cnt: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+        tidx: Int32,
+        warp_idx: Int32,
+    ):
+        """Producer of a grouped instance with gathered A (every thread of the producer warpgroup): walk
+        this CTA's tiles group by group like `_produce_grouped`; for each tile, look up the source row of
+        each of this thread's tile rows once (a_idx, clamped into A), then per k-tile: wait until the stage
+        is free, let the first warp TMA-load B (arming the stage with B's bytes), copy this thread's
+        16-byte pieces of A's rows with cp.async and count one arrival when they land
+        (cp.async.mbarrier.arrive.noinc). Rows past the group's end load a row of A all the same (only
+        accumulator rows that are never stored use them); rows past m load row a_idx[m - 1]. K is a
+        multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial."""
+        ptid = tidx % THREADS_PER_WARPGROUP
+        vector = 128 // self.a_dtype.width
+        per_row = self.tile_mnk[2] // vector
+        copy_g2s = cute.make_tiled_copy_tv(
+            # .cg: straight to L2 (the few KB of L1 that shared memory leaves would only thrash).
+            cute.make_copy_atom(
+                cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                self.a_dtype,
+                num_bits_per_copy=128,
+            ),
+            cute.make_ordered_layout((THREADS_PER_WARPGROUP // per_row, per_row), order=(1, 0)),
+            cute.make_layout((1, vector)),
+        )
+        thr_g2s = copy_g2s.get_slice(ptid)
+        tAsA = thr_g2s.partition_D(sA)  # (vector, rows of this thread, 1, stage)
+        tAcA = thr_g2s.partition_S(cute.make_identity_tensor((self.tile_mnk[0], self.tile_mnk[2])))
+        rows_per_thread = cute.size(tAcA, mode=[1])
+        chunk = tAcA[(0, 0, 0)][1] // vector  # this thread's 16-byte piece of each row of a k-tile
+        num_groups = cute.size(seqlens) - 1
+        total_rows = cute.size(a_idx)
+        source_rows = cute.size(mA_mkl, mode=[0])
+        rows_per_cluster_tile = self.tile_mnk[0] * self.cluster_mn[0]
+        linear = cluster_id
+        group, first_tile = varlen_locate(
+            linear, Int32(0), Int32(0), seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+        )
+        # The source rows of this thread's tile rows: loaded for the next tile before the current tile's
+        # k-tiles are issued, so the index loads' latency hides behind them.
+        src = self._gathered_rows(
+            a_idx,
+            seqlens,
+            linear,
+            group,
+            first_tile,
+            tAcA,
+            source_rows,
+            clusters_n,
+            cluster_coord_mnk,
+            raster_along_m,
+            group_size,
+        )
+        while group < num_groups:
+            _, tile_n, _, _ = self._grouped_tile(
+                linear,
+                group,
+                first_tile,
+                seqlens,
+                total_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            next_linear = linear + num_clusters
+            next_group, next_first = varlen_locate(
+                next_linear,
+                group,
+                first_tile,
+                seqlens,
+                num_groups,
+                total_rows,
+                rows_per_cluster_tile,
+                clusters_n,
+            )
+            src_next = self._gathered_rows(
+                a_idx,
+                seqlens,
+                next_linear,
+                cutlass.min(next_group, num_groups - 1),
+                next_first,
+                tAcA,
+                source_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            tBgB_k = tBgB[(None, tile_n, None, group)]
+            for k_tile in range(k_tile_cnt):
+                if warp_idx == self.producer_warp:
+                    ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB_k[(None, k_tile)],
+                        tBsB[(None, producer_state.index)],
+                        tma_bar_ptr=ab_pipeline.producer_get_barrier(producer_state),
+                        mcast_mask=0,
+                    )
+                else:
+                    ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
+                for m in cutlass.range_constexpr(rows_per_thread):
+                    row_pieces = cute.zipped_divide(mA_mkl[(src[m], None, 0)], (vector,))
+                    cute.copy(
+                        copy_g2s,
+                        row_pieces[(None, k_tile * per_row + chunk)],
+                        tAsA[(None, m, 0, producer_state.index)],
+                    )
+                cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
+                producer_state.advance()
+            src.store(src_next.load())
+            linear, group, first_tile = next_linear, next_group, next_first
+        return producer_state
+
+    @cute.jit
+    def _gathered_rows(
+        self,
+        a_idx,
+        seqlens,
+        linear,
+        group,
+        first_tile,
+        tAcA,
+        source_rows,
+        clusters_n,
+        cluster_coord_mnk,
+        raster_along_m,
+        group_size,
+    ):
+        """Gathered A: the source row (a_idx, clamped into [0, source_rows)) of each of this producer
+        thread's rows of cluster tile `linear` of `group`; rows past m read a_idx[m - 1]."""
+        total_rows = cute.size(a_idx)
+        tile_m, _, row_first, _ = self._grouped_tile(
+            linear,
+            group,
+            first_tile,
+            seqlens,
+            total_rows,
+            clusters_n,
+            cluster_coord_mnk,
+            raster_along_m,
+            group_size,
+        )
+        row0 = row_first + tile_m * self.tile_mnk[0]
+        rows = cute.make_rmem_tensor(cute.size(tAcA, mode=[1]), Int32)
+        for m in cutlass.range_constexpr(cute.size(tAcA, mode=[1])):
+            row = cutlass.min(row0 + tAcA[(0, m, 0)][0], total_rows - 1)
+            rows[m] = cutlass.min(cutlass.max(a_idx[row], 0), source_rows - 1)
+        return rows
