@@ -228,7 +228,7 @@ def launch(
             beta = problem.scale(e.instance, "beta", beta)
     for attempt in (0, 1):  # a second attempt only after a refusal that fresh stream facts may fix
         if e is None:
-            e, a, b, d, c, alpha, beta, cu_seqlens_m, a_idx = _first_call(
+            e, a, b, d, c, alpha, beta, offsets, a_idx = _first_call(
                 rt,
                 instance_id,
                 ptrs,
@@ -259,8 +259,7 @@ def launch(
                 a_rows,
                 cu_seqlens_k,
             )
-            if cu_seqlens_m is None:
-                cu_seqlens_m = cu_seqlens_k  # grouped K: the offsets go where cu_seqlens_m's do
+            cu_seqlens_m = cu_seqlens_k = offsets  # validated and converted: the one the instance takes
         e.check_overlap(e.instance, a, b, d, c)
         if rt.check_pointers:
             _check_devices(rt, e, a, b, d, c, workspace)
@@ -375,7 +374,7 @@ def _first_call(
                     f"{'_varlenk' if name == 'cu_seqlens_k' else '_varlenm'})",
                     iid,
                 )
-    cu_seqlens_m = offsets["cu_seqlens_m"] if not plan.varlen_k else offsets["cu_seqlens_k"]
+    grouped_offsets = offsets[wanted] if plan.grouped else None
     if plan.gathered:
         if a_idx is None:
             raise InvalidArgumentError(
@@ -420,7 +419,7 @@ def _first_call(
     elif key[15] is not None:  # grouped, the short form: (group count, rows of a gathered A) last
         full += (key[15],)
     e = plan.entry(full, shape, loaded, s, pdl, rt.cu)
-    return e, a, b, d, c, alpha, beta, cu_seqlens_m, a_idx
+    return e, a, b, d, c, alpha, beta, grouped_offsets, a_idx
 
 
 def _check_devices(rt, e, a, b, d, c, workspace=None) -> None:

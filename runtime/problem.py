@@ -251,27 +251,27 @@ def check_gathering(instance: str, gathered: bool, m: int, k: int, tile_k: int, 
 
 
 def check_grouping(instance: str, grouped: bool, batch, groups) -> None:
-    """A grouped (varlen M) instance takes `num_groups` (an int in 1 .. 2**31 - 1) and one batch (its A
-    and D hold every group's rows); any other instance takes no `num_groups`."""
+    """A grouped (varlen M or K) instance takes `num_groups` (an int in 1 .. 2**31 - 1) and one batch (the
+    groups come from its offsets array, not from batches); any other instance takes no `num_groups`."""
     if not grouped:
         if groups is not None:
             raise InvalidArgumentError(
                 f"num_groups={groups!r} given, but this instance is not grouped",
-                "drop num_groups (and cu_seqlens_m), or use a grouped instance (id suffix _varlenm, "
-                "hgemm_sm90.instances() reports varlen_m)",
+                "drop num_groups (and the offsets), or use a grouped instance (id suffix _varlenm or "
+                "_varlenk; hgemm_sm90.instances() reports varlen_m, varlen_k)",
                 instance,
             )
         return
     if groups is None or type(groups) is not int or not 1 <= groups <= INT32_MAX:
         raise InvalidArgumentError(
             f"num_groups={groups!r}: this grouped instance needs the number of groups G",
-            "pass num_groups=G, an int >= 1 (B holds G matrices; cu_seqlens_m holds G + 1 row offsets)",
+            "pass num_groups=G, an int >= 1 (the offsets array holds G + 1 entries)",
             instance,
         )
     if batch != 1:
         raise InvalidArgumentError(
             f"batch={batch!r} with a grouped instance",
-            "pass batch=1: a grouped launch has one batch of m rows in all, cut into groups by cu_seqlens_m",
+            "pass batch=1: a grouped launch is one problem cut into num_groups groups by its offsets",
             instance,
         )
 

@@ -862,3 +862,22 @@ def test_bad_grouped_k_input_raises_before_launching(ci, fake, kw, message):
     with pytest.raises(runtime.InvalidArgumentError, match=message):
         runtime.launch(iid, (A, B, D), 0, **args)
     assert not fake.launches
+
+
+class _Index:
+    """An int-like address (numpy integers behave so): only __index__."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+def test_grouped_offsets_given_as_int_likes_reach_the_launch_converted(ci, fake):
+    for iid, name in ((_grouped_k(ci), "cu_seqlens_k"), (_grouped(ci), "cu_seqlens_m")):
+        rec = ci.record(iid)
+        fake.param_sizes = tuple(p.size for p in rec.params)
+        runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=1024, num_groups=4, **{name: _Index(S + 0x40)})
+        sent = fake.launches[-1].values[next(i for i, p in enumerate(rec.params) if p.name == name)]
+        assert int.from_bytes(sent, "little") == S + 0x40
