@@ -1,23 +1,32 @@
-"""The public entry points: `instances()` and `launch()`.
+"""The public entry points: `instances()`, `launch()` (and `launch_general()`, its every-option form).
 
 `launch` has one cached path and one first-call path that meet before the driver call. A repeated launch
 (same instance, shape, stream and pdl) costs: one key tuple and dict lookup that finds its `LaunchEntry`
 (runtime/plan.py: parameter image, launch config with the grid, function), the argument rules of
-runtime/problem.py as predicates (canonical sizes, pointers, scales), the overlap check of
-runtime/overlap.py, one `struct` call that writes this thread's parameter buffer, and `cuLaunchKernelEx`.
-Anything else (a new shape or stream, a numpy int, a value to convert or refuse) takes `_first_call`,
-which runs the same rules through the functions that explain a failure, builds what is missing and caches
-it. Either way every error is an `HgemmError` raised before anything is launched. `launch` allocates no
-device memory, never synchronizes and copies nothing between host and device, so it can be captured into
-a CUDA graph.
+runtime/problem.py as predicates (canonical sizes, scales, and the pointers with the overlap check of
+runtime/overlap.py, skipped when they repeat the entry's last accepted ones), one `struct` call that
+writes this thread's parameter buffer, and `cuLaunchKernelEx`. Anything else (a new shape or stream, a
+numpy int, a value to convert or refuse) takes `_first_call`, which runs the same rules through the
+functions that explain a failure, builds what is missing and caches it. Either way every error is an
+`HgemmError` raised before anything is launched. `launch` allocates no device memory, never synchronizes
+and copies nothing between host and device, so it can be captured into a CUDA graph.
 
-Measured with the fake driver's no-op cuLaunchKernelEx on the CPU dev box (2026-11-30, median of 15 x
-20000 calls): 4.2 µs of Python per launch before this design (inline checks, a cached image copied with
-ctypes.memmove and patched with five struct.pack_into calls, launcher caches looked up per call), 1.7 µs
-now; build_tools/launch_cost.py measures the same against a bare cuLaunchKernelEx on the GPU.
+`launch` with no option (the plain form) takes that cached path itself, and skips the buffer write when
+the thread's buffer for the entry already holds the same pointers; with any option it forwards to
+`launch_general`, whose keyword arguments are not keyword-only: CPython binds keyword-only defaults one
+dict lookup each (0.27 µs for 27 of them, CPU box), more than the plain form's checks cost.
+
+Measured with the fake driver's no-op cuLaunchKernelEx on the CPU dev box (median of 100 chunks of 200
+calls, tests/runtime/test_launch_cost.py): 4.2 µs of Python per launch before the cached path existed
+(2026-11-30), 1.7 µs with it, 1.9 µs after grouped GEMM's arguments joined it; 2026-12-01, the plain
+form 0.57 µs, a launch with one option 1.8 µs. build_tools/launch_cost.py measures against a bare
+cuLaunchKernelEx on the GPU (docs/PERF.md).
 """
 
 from __future__ import annotations
+
+import difflib
+import inspect
 
 from . import problem, state
 from .errors import InvalidArgumentError
@@ -28,7 +37,7 @@ from .stream import stream_handle
 Instance = GemmSpec  # what `instances()` lists: each shipped instance's spec; `.id` is its id
 
 _exact_ints, _overrides_canonical = problem.exact_ints, problem.overrides_canonical
-_pointers_ok, _scales_ok, _workspace_ok = problem.pointers_ok, problem.scales_ok, problem.workspace_ok
+_scales_ok, _workspace_ok = problem.scales_ok, problem.workspace_ok
 _offsets_ok = problem.offsets_ok
 
 
@@ -54,37 +63,7 @@ def workspace_bytes(
     return plan.shape(key).workspace_bytes
 
 
-def launch(
-    instance_id: str,
-    ptrs,
-    stream,
-    *,
-    m: int,
-    n: int,
-    k: int,
-    batch: int = 1,
-    lda: int | None = None,
-    ldb: int | None = None,
-    ldd: int | None = None,
-    batch_stride_a: int | None = None,
-    batch_stride_b: int | None = None,
-    batch_stride_d: int | None = None,
-    c: int | None = None,
-    ldc: int | None = None,
-    batch_stride_c: int | None = None,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    pdl: bool = False,
-    raster_along_m: bool | None = None,
-    group_size: int | None = None,
-    k_splits: int | None = None,
-    workspace: int | None = None,
-    cu_seqlens_m: int | None = None,
-    num_groups: int | None = None,
-    a_idx: int | None = None,
-    a_rows: int | None = None,
-    cu_seqlens_k: int | None = None,
-) -> None:
+def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options) -> None:
     """Enqueue D = alpha * A @ B^T + beta * C (per batch) with kernel instance `instance_id` on `stream`.
 
     ptrs: (a, b, d) device pointers as ints; per batch A is m x k, B is n x k, D is m x n, laid out as the
@@ -135,6 +114,91 @@ def launch(
     Returns once the launch is enqueued; raises an `HgemmError` subclass, before launching anything, for
     an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
     """
+    if not options:
+        # The plain form (every option at its default): one D = A @ B^T, packed operands, batch 1, no C,
+        # alpha 1. It skips launch_general's 27 keyword defaults (binding them costs more than all of
+        # this path's checks) and keeps the same rules: a cached entry proves the shape was validated,
+        # and the predicates below prove these are the values it was validated with.
+        rt = state._default or state.runtime()
+        try:
+            s = stream if type(stream) is int else stream_handle(stream)
+            e = rt.plans[instance_id].entries[
+                (m, n, k, 1, s, 0 <= s < 3 and rt.devices.current_context(), False)
+            ]
+            a, b, d = ptrs
+        except (KeyError, TypeError, ValueError):
+            e = None
+        if (
+            e is not None
+            and e.plain
+            and int is type(m) is type(n) is type(k)
+            # The pointers' rules (and D's overlap with A and B) are pure functions of their values and
+            # the shape: an entry remembers the last triple that passed them.
+            and (int is type(a) is type(b) is type(d) and (a, b, d, None) == e.accepted or e.accept(a, b, d))
+        ):
+            if rt.check_pointers:
+                _check_devices(rt, e, a, b, d, None)
+            tb = e.plain_buffers  # this thread's buffer of this entry's plain form, and what it holds
+            held, params = tb.state
+            if held != (a, b, d):
+                ch = e.chunks
+                e.pack(tb.pair[0], 0, ch[0], a, ch[1], b, ch[2], d, ch[3], 1.0, ch[4])
+                tb.state = ((a, b, d), params)
+            err = e.launch(e.config, e.function, params, 0)[0]
+            if not err:
+                return
+            _refused(rt, e, err, 0)  # raises, or forgets a stale stream: launch_general prepares it again
+    try:
+        return launch_general(instance_id, ptrs, stream, m=m, n=n, k=k, **options)
+    except TypeError:
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            near = [name for u in unknown for name in difflib.get_close_matches(u, _OPTIONS, 1)]
+            raise InvalidArgumentError(
+                f"launch() got unknown keyword argument(s) {', '.join(unknown)}",
+                (f"did you mean {', '.join(near)}? " if near else "")
+                + "launch() takes m, n, k and the options "
+                + ", ".join(sorted(_OPTIONS)),
+                instance_id if type(instance_id) is str else None,
+            ) from None
+        raise
+
+
+def launch_general(
+    instance_id: str,
+    ptrs,
+    stream,
+    m: int,
+    n: int,
+    k: int,
+    batch: int = 1,
+    lda: int | None = None,
+    ldb: int | None = None,
+    ldd: int | None = None,
+    batch_stride_a: int | None = None,
+    batch_stride_b: int | None = None,
+    batch_stride_d: int | None = None,
+    c: int | None = None,
+    ldc: int | None = None,
+    batch_stride_c: int | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    pdl: bool = False,
+    raster_along_m: bool | None = None,
+    group_size: int | None = None,
+    k_splits: int | None = None,
+    workspace: int | None = None,
+    cu_seqlens_m: int | None = None,
+    num_groups: int | None = None,
+    a_idx: int | None = None,
+    a_rows: int | None = None,
+    cu_seqlens_k: int | None = None,
+) -> None:
+    """`launch` with every option explicit: what `launch` forwards to whenever an option is given, and
+    what the library's own callers (gemm(), grouped_gemm(), the CLI) call directly, as they always pass
+    some. Same arguments, rules, errors and effect as `launch`; pass everything after `stream` by
+    keyword (the arguments are not keyword-only only because CPython binds keyword-only defaults one
+    dict lookup at a time: 0.27 µs a call here against 0.10 µs, CPU box, 2026-12-01)."""
     rt = state._default or state.runtime()
     try:
         entries = rt.plans[instance_id].entries
@@ -207,7 +271,7 @@ def launch(
         e is None
         or not _exact_ints(m, n, k, batch)
         or not (pdl is False or pdl is True)
-        or not (_pointers_ok(a, b, d, c) if e.has_c else _pointers_ok(a, b, d) and c is None and beta == 0.0)
+        or not (e.has_c or beta == 0.0)
         # The common case (no workspace, none needed) decided inline: its first branch, without a call.
         or not (
             (workspace is None and not e.workspace_bytes)
@@ -220,6 +284,14 @@ def launch(
             and (cu_seqlens_m if e.varlen_k else cu_seqlens_k) is None
         )
         or not (a_idx is None if not e.gathered else _offsets_ok(a_idx))
+        # Last, as the overlap error it may raise comes after every other rule's: the pointers (and the
+        # operands' overlap), remembered per entry as on the plain path.
+        or not (
+            int is type(a) is type(b) is type(d)
+            and (c is None or type(c) is int)
+            and (a, b, d, c) == e.accepted
+            or e.accept(a, b, d, c)
+        )
     ):
         e = None  # the first-call path (in the loop) validates, converts or refuses
     elif not (_scales_ok(alpha, beta) if e.has_c else _scales_ok(alpha)):  # e.g. ints: converted or refused
@@ -260,7 +332,7 @@ def launch(
                 cu_seqlens_k,
             )
             cu_seqlens_m = cu_seqlens_k = offsets  # validated and converted: the one the instance takes
-        e.check_overlap(e.instance, a, b, d, c)
+            e.accept(a, b, d, c)  # the overlap rule (it raises); the first call checked the pointers
         if rt.check_pointers:
             _check_devices(rt, e, a, b, d, c, workspace)
         buf, params = e.buffers.pair
@@ -283,6 +355,19 @@ def launch(
             return
         _refused(rt, e, err, attempt)  # raises, or forgets the stream's stale facts
         e = None
+
+
+# launch's keyword options (launch_general's arguments with defaults), and its documented signature,
+# which help(launch) and IDEs show rather than **options: everything after `stream` keyword-only.
+_OPTIONS = frozenset(
+    name for name, p in inspect.signature(launch_general).parameters.items() if p.default is not p.empty
+)
+launch.__signature__ = inspect.signature(launch_general).replace(
+    parameters=[
+        p if i < 3 else p.replace(kind=p.KEYWORD_ONLY)
+        for i, p in enumerate(inspect.signature(launch_general).parameters.values())
+    ]
+)
 
 
 def _first_call(

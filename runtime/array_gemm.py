@@ -68,7 +68,7 @@ import threading
 import weakref
 
 from . import state
-from .api import launch, workspace_bytes
+from .api import launch_general, workspace_bytes
 from .arrays import ArrayView, is_torch, view
 from .dispatch import select
 from .driver import check
@@ -148,7 +148,7 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
             _launch_split(cache.rt, p, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, alpha)
         elif p.simple:
             if p.use_c:
-                launch(
+                launch_general(
                     p.instance,
                     (a.data_ptr(), b.data_ptr(), out.data_ptr()),
                     stream,
@@ -161,7 +161,7 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
                     beta=beta,
                 )
             else:
-                launch(
+                launch_general(
                     p.instance,
                     (a.data_ptr(), b.data_ptr(), out.data_ptr()),
                     stream,
@@ -172,7 +172,7 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
                     alpha=alpha,
                 )
         elif p.use_c:
-            launch(
+            launch_general(
                 p.instance,
                 (a.data_ptr(), b.data_ptr(), out.data_ptr()),
                 stream,
@@ -182,7 +182,9 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
                 **p.kw,
             )
         else:
-            launch(p.instance, (a.data_ptr(), b.data_ptr(), out.data_ptr()), stream, alpha=alpha, **p.kw)
+            launch_general(
+                p.instance, (a.data_ptr(), b.data_ptr(), out.data_ptr()), stream, alpha=alpha, **p.kw
+            )
         return out
     return _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream)
 
@@ -226,9 +228,9 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream):
     if p.workspace:
         _launch_split(rt, p, va.ptr, vb.ptr, pd, stream, alpha)
     elif p.use_c:
-        launch(p.instance, (va.ptr, vb.ptr, pd), stream, c=vc.ptr, alpha=alpha, beta=beta, **p.kw)
+        launch_general(p.instance, (va.ptr, vb.ptr, pd), stream, c=vc.ptr, alpha=alpha, beta=beta, **p.kw)
     else:
-        launch(p.instance, (va.ptr, vb.ptr, pd), stream, alpha=alpha, **p.kw)
+        launch_general(p.instance, (va.ptr, vb.ptr, pd), stream, alpha=alpha, **p.kw)
     return out
 
 
@@ -237,9 +239,9 @@ def _launch_split(rt, p, a: int, b: int, d: int, stream: int, alpha) -> None:
     the stream has none (captured before its first split-K call)."""
     ws = rt.workspaces.get(stream, p.workspace)
     if ws is None:
-        launch(p.instance, (a, b, d), stream, alpha=alpha, k_splits=1, **p.kw)
+        launch_general(p.instance, (a, b, d), stream, alpha=alpha, k_splits=1, **p.kw)
     else:
-        launch(p.instance, (a, b, d), stream, alpha=alpha, workspace=ws, **p.kw)
+        launch_general(p.instance, (a, b, d), stream, alpha=alpha, workspace=ws, **p.kw)
 
 
 def _view_key(v: ArrayView) -> tuple:

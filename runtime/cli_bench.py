@@ -100,7 +100,7 @@ def cmd_bench(args) -> int:
     handle = stream.cuda_stream  # the int handle: launch's cheapest stream form
 
     def ours():
-        api.launch(spec.id, ptrs, handle, m=m, n=n, k=k, batch=batch, **extra, **overrides)
+        api.launch_general(spec.id, ptrs, handle, m=m, n=n, k=k, batch=batch, **extra, **overrides)
 
     baseline, label, same, why_not = _cublas(torch, spec, a_log, b_log, c_log, tdt(spec.d_dtype), stream)
     stream.wait_stream(torch.cuda.current_stream())  # the operands' (and workspace's) fills

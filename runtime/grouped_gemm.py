@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from .api import launch
+from .api import launch_general
 from .arrays import view
 from .dispatch import select_grouped
 from .errors import InvalidArgumentError
@@ -95,7 +95,7 @@ def grouped_gemm(a, b, cu_seqlens_m, out=None, *, a_idx=None, alpha=1.0, fp8_fas
         torch = sys.modules.get("torch")
         on_torch = torch is not None and type(a).__module__.startswith("torch")
         stream = torch.cuda.current_stream(a.device).cuda_stream if on_torch else 0
-    launch(
+    launch_general(
         choice.instance_id,
         (va.ptr, vb.ptr, vo.ptr),
         stream_handle(stream),

@@ -70,6 +70,18 @@ class ThreadBuffers(threading.local):
         self._keep = arr
 
 
+class PlainBuffers(ThreadBuffers):
+    """Per thread, for one launch entry's plain form (runtime/api.py): a parameter buffer that only that
+    form writes (``pair[0]``), and ``state``: (the (a, b, d) it was last packed with, or None; its
+    ``kernelParams`` address). A launch that repeats the pointers sends the buffer as it is: every other
+    byte is the entry's own (its shape, alpha 1), and the driver copies the buffer at each launch and
+    never writes it."""
+
+    def __init__(self, param_bytes: int, offsets: tuple[int, ...]):
+        super().__init__(param_bytes, offsets)
+        self.state = (None, self.pair[1])
+
+
 def launch_error(err, instance: str) -> CudaDriverError:
     """The error of a refused ``cuLaunchKernelEx``; ``.result in STALE_RESULTS`` says a retry with fresh
     stream facts may succeed."""

@@ -14,7 +14,8 @@ problem shape, and once per (shape, stream, pdl).
 
 Patching alpha and beta per launch (rather than keying the cache on them) keeps a sweep over scales from
 filling the cache; pointers are patched for the same reason. Caches are bounded by being cleared when
-full; entries are immutable once published, so threads share them.
+full; entries are immutable once published (but for a launch entry's memo of the last pointers that passed
+the checks, `LaunchEntry.accept`), so threads share them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import replace
 from . import overlap, problem, scheduling
 from .args import ParamPacker
 from .errors import CorruptArtifactError, InvalidArgumentError
-from .launcher import ThreadBuffers, build_config
+from .launcher import PlainBuffers, ThreadBuffers, build_config
 from .spec import KSplit, Varlen
 
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
@@ -67,6 +68,9 @@ class LaunchEntry:
         "grouped",
         "gathered",
         "varlen_k",
+        "plain",
+        "accepted",
+        "plain_buffers",
         "takes_workspace",
         "workspace_bytes",
         "chunks",
@@ -90,11 +94,30 @@ class LaunchEntry:
         self.varlen_k = plan.varlen_k  # grouped K: the offsets are cu_seqlens_k
         # Split-K: the launch patches a workspace address (0 when one split needs none).
         self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
+        # The plain form: its parameters are (A, B, D, alpha) alone, so launch() with no options may
+        # take it (runtime/api.py).
+        self.plain = not (plan.has_c or plan.split or plan.grouped or plan.gathered)
+        self.accepted = None  # the last (a, b, d, c) that `accept` passed
+        self.plain_buffers = PlainBuffers(rec.param_bytes, rec.param_offsets) if self.plain else None
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
         self.stream, self.context, self.device = stream, loaded.context, loaded.device
         self.config = build_config(cu, rec, grid, stream, pdl)
         self.function = loaded.function
         self.launch = cu.cuLaunchKernelEx
+
+    def accept(self, a, b, d, c=None) -> bool:
+        """Whether the pointers pass `problem.pointers_ok` (c: None unless the instance reads C; False:
+        the first-call path says why), raising the overlap error of D with A, B or C
+        (runtime/overlap.py). What passed is remembered in `accepted`, so that a launch repeating the
+        same pointers skips both (pure functions of the values and this shape). Threads may race on it:
+        the slot always holds a whole tuple that passed, and a miss only means checking again."""
+        if not (
+            problem.pointers_ok(a, b, d, c) if self.has_c else c is None and problem.pointers_ok(a, b, d)
+        ):
+            return False
+        self.check_overlap(self.instance, a, b, d, c)
+        self.accepted = (a, b, d, c)
+        return True
 
 
 class LaunchPlan:

@@ -33,7 +33,7 @@ from .errors import InvalidArgumentError
 from .spec import GemmSpec
 
 INT32_MAX = 2**31 - 1
-MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56
+MAX_ADDRESS = 2**57  # a TMA descriptor holds address bits 4..56 (pointers_ok relies on a power of two)
 
 
 class OperandLayout:
@@ -84,14 +84,12 @@ def overrides_canonical(
 def pointers_ok(a, b, d, c=TMA_ALIGN) -> bool:
     """Whether every pointer is an int, non-null, 16-byte aligned and inside TMA's 57-bit address range
     (`c` defaults to a valid stand-in, for instances without C)."""
-    return (
-        int is type(a) is type(b) is type(d) is type(c)
-        and not (a | b | d | c) & (TMA_ALIGN - 1)
-        and 0 < a < MAX_ADDRESS
-        and 0 < b < MAX_ADDRESS
-        and 0 < d < MAX_ADDRESS
-        and 0 < c < MAX_ADDRESS
-    )
+    if int is type(a) is type(b) is type(d) is type(c):
+        # One OR bounds them all (every launch runs this): it is negative if any is, at least
+        # MAX_ADDRESS (a power of two) if any is, and has a low bit set if any is misaligned.
+        x = a | b | d | c
+        return 0 <= x < MAX_ADDRESS and not x & (TMA_ALIGN - 1) and bool(a and b and d and c)
+    return False
 
 
 def workspace_ok(takes_workspace: bool, needed_bytes: int, workspace) -> bool:

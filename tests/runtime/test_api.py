@@ -11,10 +11,12 @@ import copy
 import json
 import random
 import struct
+import sys
 import threading
 from pathlib import Path
 
 import pytest
+from fake_kernels import IDS
 
 import runtime
 from runtime import manifest, overlap, plan, problem, scheduling
@@ -226,6 +228,52 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                 _assert_sent(got, rec, want)
 
 
+def test_the_plain_form_sends_the_same_bytes_as_the_general_path(ci, fake):
+    """launch() with no options takes its own cached path (runtime/api.py) where the instance's
+    parameters are (A, B, D, alpha) alone, and hands the others (C, split-K, grouped) to launch_general:
+    either way it must send launch_general's bytes, grid and config (first call, and hits with new
+    pointers), or raise launch_general's error."""
+    plain = 0
+    for iid in ci.instances:
+        rec = ci.record(iid)
+        fake.param_sizes = tuple(p.size for p in rec.params)
+        # Repeated pointers reuse the plain form's packed buffer; new ones repack it.
+        for ptrs in ((A, B, D), (A, B, D), (A + 4096, B + 64, D + 1024), (A, B, D)):
+            outcome = []
+            for call in (runtime.launch, runtime.api.launch_general):
+                before = len(fake.launches)
+                try:
+                    call(iid, ptrs, 0, m=304, n=208, k=128)
+                    assert len(fake.launches) == before + 1
+                    outcome.append(fake.launches[-1])
+                except runtime.HgemmError as e:  # C or the groups' offsets missing
+                    assert len(fake.launches) == before
+                    outcome.append(str(e))
+            ours, general = outcome
+            if isinstance(ours, str):
+                assert ours == general and (rec.spec.has_c or rec.spec.varlen != "none"), ours
+                continue
+            want, grid = _expect(ci, iid, _values(rec, ptrs, 304, 208, 128))
+            _assert_sent(ours, rec, want)
+            assert ours.values == general.values and ours.grid == general.grid == grid
+            assert ours.config is general.config  # one cached entry serves both paths
+        entry = next(iter(runtime.state.runtime().plans[iid].entries.values()), None)
+        plain += entry is not None and entry.plain
+    assert plain >= 3
+
+
+def test_launch_documents_its_options_and_types_an_unknown_one(fake, rt):
+    import inspect
+
+    params = inspect.signature(runtime.launch).parameters
+    assert list(params)[:6] == ["instance_id", "ptrs", "stream", "m", "n", "k"]
+    assert {"batch", "lda", "c", "alpha", "beta", "pdl", "workspace", "cu_seqlens_m", "a_idx"} <= set(params)
+    runtime.launch(IDS[0], (A, B, D), 0, m=256, n=256, k=64)
+    with pytest.raises(runtime.InvalidArgumentError, match="unknown keyword argument.*bacth") as err:
+        runtime.launch(IDS[0], (A, B, D), 0, m=256, n=256, k=64, bacth=2)
+    assert "batch" in err.value.fix and len(fake.launches) == 1
+
+
 def test_alpha_and_beta_reach_the_launch_as_float32(ci, fake):
     iid = _with_c(ci)
     rec = ci.record(iid)
@@ -337,16 +385,20 @@ BAD = [
 ]
 
 
+@pytest.mark.parametrize("after_a_good_launch", [False, True], ids=["first", "cached"])
 @pytest.mark.parametrize(("override", "message"), BAD, ids=[b[1][:30] for b in BAD])
-def test_bad_input_raises_before_launching(ci, fake, override, message):
+def test_bad_input_raises_before_launching(ci, fake, override, message, after_a_good_launch):
     iid = _plain(ci)
+    if after_a_good_launch:  # the shape cached and its pointers remembered as accepted (plan.py)
+        runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=128)
+    launched = fake.count("cuLaunchKernelEx")
     args = dict(ptrs=(A, B, D), m=256, n=256, k=128)
     args.update(override)
     ptrs = args.pop("ptrs")
     with pytest.raises(runtime.InvalidArgumentError, match=message) as err:
         runtime.launch(iid, ptrs, 0, **args)
     assert "Fix:" in str(err.value) and err.value.instance == iid
-    assert fake.count("cuLaunchKernelEx") == 0
+    assert fake.count("cuLaunchKernelEx") == launched
 
 
 def _c_layout(ci):
@@ -373,15 +425,31 @@ BAD_C = [
 ]
 
 
+@pytest.mark.parametrize("after_a_good_launch", [False, True], ids=["first", "cached"])
 @pytest.mark.parametrize(("override", "message"), BAD_C, ids=[b[1][:30] for b in BAD_C])
-def test_bad_c_input_raises_before_launching(ci, fake, override, message):
+def test_bad_c_input_raises_before_launching(ci, fake, override, message, after_a_good_launch):
     iid, args = _c_layout(ci)
     assert problem.layouts(ci.record(iid).spec)[3].elem == 2, "BAD_C's literals assume a 16-bit C"
+    if after_a_good_launch:  # the shape cached and (A, B, D, C) remembered as accepted (plan.py)
+        runtime.launch(iid, (A, B, D), 0, **args)
+    launched = fake.count("cuLaunchKernelEx")
     args.update(override)
     with pytest.raises(runtime.InvalidArgumentError, match=message) as err:
         runtime.launch(iid, (A, B, D), 0, **args)
     assert "Fix:" in str(err.value) and err.value.instance == iid
-    assert fake.count("cuLaunchKernelEx") == 0
+    assert fake.count("cuLaunchKernelEx") == launched
+
+
+def test_pointers_equal_to_accepted_ones_but_not_ints_are_refused(ci, fake):
+    iid, args = _c_layout(ci)
+    runtime.launch(iid, (A, B, D), 0, **args)
+    for bad, message in [(dict(c=float(C)), "pointer c=.* is not an int"), (dict(c=True), "pointer c=True")]:
+        with pytest.raises(runtime.InvalidArgumentError, match=message):
+            runtime.launch(iid, (A, B, D), 0, **{**args, **bad})
+    runtime.launch(_plain(ci), (A, B, D), 0, m=256, n=256, k=128)
+    with pytest.raises(runtime.InvalidArgumentError, match="pointer d=.* is not an int"):
+        runtime.launch(_plain(ci), (A, B, float(D)), 0, m=256, n=256, k=128)
+    assert fake.count("cuLaunchKernelEx") == 2
 
 
 def test_c_may_alias_d_exactly_for_an_in_place_update(ci, fake):
@@ -502,6 +570,44 @@ def test_concurrent_launches_keep_their_own_parameters(ci, fake):
         assert int.from_bytes(v[index["shape", "a"]][:4], "little") == 128 * (t + 1)
         assert struct.unpack("<f", v[index["f32", "alpha"]]) == (t,)
         assert struct.unpack("<f", v[index["f32", "beta"]]) == (i,)
+
+
+def test_concurrent_plain_launches_of_one_entry_keep_their_own_pointers(ci, fake):
+    """Threads share one launch entry (same shape and stream) and its memo of accepted pointers, but
+    each packs its own buffer (launcher.PlainBuffers); pointers repeat, so buffers are reused too."""
+    iid = _plain(ci)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    stream = fake.new_stream(fake.ctx(0))
+    errors = []
+
+    def worker(t):
+        try:
+            for i in range(300):
+                runtime.launch(iid, (A + 16 * t, B + 16 * (i % 3), D + 16 * t), stream, m=256, n=256, k=64)
+        except Exception as e:  # noqa: BLE001 - surfaced by the assertion below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, also between a pack and its launch
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and len(fake.launches) == 2400
+    assert len(runtime.state.runtime().plans[iid].entries) == 1
+    index = {(p.kind, p.operand or p.name): i for i, p in enumerate(rec.params)}
+    seen = set()
+    for launch in fake.launches:  # A and D name the same thread; B one of its three values
+        v = launch.values
+        pa, pb, pd = (int.from_bytes(v[index["tensormap", x]][:8], "little") for x in "abd")
+        assert (pa - A) // 16 == (pd - D) // 16 and (pb - B) // 16 in (0, 1, 2)
+        seen.add(((pa - A) // 16, (pb - B) // 16))
+    assert len(seen) == 24
 
 
 def test_batches_side_by_side_in_one_workspace_are_not_an_overlap(ci, fake):

@@ -134,15 +134,15 @@ def selects(monkeypatch):
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Spy on the launch() that gemm calls: (instance, ptrs, stream, keywords) per call, then launch."""
+    """Spy on the launch_general() that gemm calls: (instance, ptrs, stream, keywords) per call."""
     seen = []
-    real = gemm_module.launch
+    real = gemm_module.launch_general
 
     def spy(instance, ptrs, stream, **kw):
         seen.append((instance, ptrs, stream, kw))
         return real(instance, ptrs, stream, **kw)
 
-    monkeypatch.setattr(gemm_module, "launch", spy)
+    monkeypatch.setattr(gemm_module, "launch_general", spy)
     return seen
 
 

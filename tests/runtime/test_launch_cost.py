@@ -16,12 +16,16 @@ A, B, D = 0x7F10_0000_0000, 0x7F20_0000_0000, 0x7F30_0000_0000
 def test_the_bare_call_repeats_the_launch_exactly(fake, rt):
     fake.param_sizes = tuple(p.size for p in rt.manifest.record(IDS[0]).params)
     s = fake.new_stream(fake.ctx(0))
-    cases = launch_cost.runtime_cases(runtime, IDS[0], (A, B, D), s, 256, 256, 64)
+    other = (A + 0x100_0000, B + 0x100_0000, D + 0x100_0000)
+    cases = launch_cost.runtime_cases(runtime, IDS[0], (A, B, D), s, 256, 256, 64, other)
     cases["bare"]()
     cases["launch"]()
     first, bare, ours = fake.launches[0], fake.launches[-2], fake.launches[-1]
     for x in (bare, ours):
         assert x.config is first.config and x.function is first.function and x.values == first.values
+    cases["launch, 2 pointer sets"]()
+    cases["launch, 2 pointer sets"]()
+    assert fake.launches[-2].values != first.values and fake.launches[-1].values == first.values
 
 
 def test_measure_interleaves_chunks_and_syncs_between_them(fake, rt):
@@ -34,7 +38,7 @@ def test_measure_interleaves_chunks_and_syncs_between_them(fake, rt):
     assert len(syncs) == 8 and all(n % 10 == 0 for n in syncs)  # a sync after every chunk
     assert calls[:10] == ["x"] * 10 and calls[10:20] == ["y"] * 10 and calls[20:30] == ["y"] * 10  # rotated
     lines, ratio = launch_cost.summary({"launch": [2.0, 3.0, 2.5], "bare": [1.0, 1.0, 1.0]})
-    assert ratio == 2.5 and "launch / bare = 2.50" in lines[-1]
+    assert ratio == 2.5 and "launch / bare = 2.50 (ratio of medians), 2.50 (median of per-round" in lines[-1]
 
 
 def test_on_the_fake_driver_launch_stays_near_the_bare_call(fake, rt, capsys):

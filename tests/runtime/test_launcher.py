@@ -122,7 +122,9 @@ def test_a_second_refusal_is_raised(fake, rt, rec):
     fake.fail("cuLaunchKernelEx", "CUDA_ERROR_INVALID_HANDLE")
     with pytest.raises(CudaDriverError, match="INVALID_HANDLE"):
         runtime.launch(IDS[0], (A, B, D), s, **SHAPE)
-    assert fake.count("cuLaunchKernelEx") == 3  # the first, the refused one, one retry
+    # The first; the refused cached one (its stream's facts dropped); the freshly prepared one, refused
+    # too, and launch_general's one retry: nothing enqueued, and the error raised.
+    assert fake.count("cuLaunchKernelEx") == 4 and len(fake.launches) == 1
 
 
 def test_forget_context_drops_kernels_and_entries(fake, rt, rec):
