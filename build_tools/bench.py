@@ -918,10 +918,14 @@ def render_markdown(env: dict, args: BenchArgs, command: str, results: list[dict
 
 def candidates(instances, combo: Combo, kernels: list[str] | None) -> list:
     """Instances of the combination: with --kernels, those matching a glob (any layout, C or not); else
-    the default comparison set, K-major A/B, N-major D and no C."""
+    the default comparison set, K-major A/B, N-major D and no C. Never a grouped instance (varlen M/K,
+    gathered A), even through a glob: the suites' problems are one dense GEMM each, and
+    build_tools/bench_moe.py times the grouped ones."""
     out = []
     for i in instances:
         if (i.a_dtype, i.b_dtype, i.d_dtype) != (combo.a, combo.b, combo.d):
+            continue
+        if str(getattr(i, "varlen", "none")) != "none" or getattr(i, "gather_a", False):
             continue
         if kernels:
             if any(fnmatch.fnmatchcase(i.id, g) for g in kernels):
