@@ -5,7 +5,8 @@ Why: the launch path's goal (2026-11-30) is a cost per `launch` of the same prob
 a bare `cuLaunchKernelEx` issued from Python with a prebuilt parameter buffer (same kernel, same launch
 config): the runtime's Python on top of the driver call must stay near 1 µs. Measured on the H200 host
 before the launch path was rebuilt (2026-11-30): `launch` 9.3-9.6 µs, a bare cuLaunchKernelEx with a
-prebuilt void** 4.0-5.5 µs, torch.current_stream() alone 4.8-6.0 µs.
+prebuilt void** 4.0-5.5 µs, torch.current_stream() alone 4.8-6.0 µs. On 2026-12-01, after the plain
+form got its own path and memos (runtime/api.py): launch / bare 1.18-1.24 (docs/PERF.md).
 
 What it times, interleaved (one chunk of each per round, the order rotating), µs per call:
 - `launch`: `hgemm_sm90.launch(id, (a, b, d), stream, m=, n=, k=)` with pointers as ints and the stream as
