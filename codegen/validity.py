@@ -195,9 +195,13 @@ def consumer_wgs_per_tile(spec: GemmSpec) -> int:
 
 
 def n_split(spec: GemmSpec) -> bool:
-    """Cooperative 192 x 256: two consumer warpgroups split the tile's columns (each owns 192 x 128 and
-    stores it with its own epilogue), as the seed does; three 64-row warpgroups cannot (the tile_n rule)."""
-    return spec.schedule == Schedule.cooperative and spec.tile[0] == 192 and spec.tile[1] == 256
+    """Cooperative 192 x 256 and 320 x N: two consumer warpgroups split the tile's columns (each owns
+    192 x 128, or 320 x N/2, and stores it with its own epilogue), as the seed does: three 64-row
+    warpgroups cannot hold 192 x 256 (the tile_n rule), and 320 rows are five 64-row atoms, which two
+    warpgroups cannot share along M."""
+    if spec.schedule != Schedule.cooperative:
+        return False
+    return (spec.tile[0], spec.tile[1]) == (192, 256) or spec.tile[0] == 320
 
 
 def mma_atom_layout(spec: GemmSpec) -> tuple[int, int]:
@@ -330,9 +334,10 @@ def fast_accum(s: GemmSpec) -> str | None:
 
 @_rule
 def tile_m(s: GemmSpec) -> str | None:
-    # Whole 64-row WGMMA atoms per consumer warpgroup (see consumer_wgs_per_tile). Ping-pong: each
-    # warpgroup owns a whole tile, so at most 192 rows (the acc_registers rule bounds M x N further).
-    allowed = (64, 128, 192, 256) if s.schedule == Schedule.cooperative else (64, 128, 192)
+    # Whole 64-row WGMMA atoms per consumer warpgroup (see consumer_wgs_per_tile; 320 rows: each of two
+    # warpgroups runs all five atom rows over half the columns, n_split). Ping-pong: each warpgroup owns
+    # a whole tile, so at most 192 rows (the acc_registers rule bounds M x N further).
+    allowed = (64, 128, 192, 256, 320) if s.schedule == Schedule.cooperative else (64, 128, 192)
     if s.tile[0] not in allowed:
         return (
             f"tile M {s.tile[0]}: must be {', '.join(map(str, allowed))} for the {s.schedule} schedule "
@@ -359,6 +364,14 @@ def tile_n(s: GemmSpec) -> str | None:
             f"tile N {n} with cooperative M = 192: three consumer warpgroups (a 512-thread CTA, compiled "
             "under a 128-register bound) cannot hold one WGMMA of N > 192, and only N = 256 splits into "
             "two warpgroups' halves; use N <= 192 or N = 256"
+        )
+    # Cooperative M = 320: each warpgroup holds 320 x N/2 accumulators, 1.25 N per thread, so N <= 160
+    # (200 registers, the cooperative budget); the halves are 16-column multiples for the epilogue's
+    # sub-tiles, as the seed asks (N a multiple of 32).
+    if s.schedule == Schedule.cooperative and s.tile[0] == 320 and not (n % 32 == 0 and n <= 160):
+        return (
+            f"tile N {n} with cooperative M = 320: two warpgroups split the columns and each holds "
+            "320 x N/2 accumulators, so N must be a multiple of 32 and at most 160; use such an N"
         )
     return None
 

@@ -307,7 +307,7 @@ FAILING = {
     "d_dtype": ({"d_dtype": "e5m2"}, "use bf16, fp16 or fp32"),
     "c_dtype": ({"c_dtype": "e4m3", "c_major": "n"}, "8-bit C operands are not supported"),
     "fast_accum": ({"fp8_fast_accum": True}, "fast accumulation is an fp8 option"),
-    "tile_m": ({"tile": [96, 128]}, "must be 64, 128, 192, 256 for the cooperative schedule"),
+    "tile_m": ({"tile": [96, 128]}, "must be 64, 128, 192, 256, 320 for the cooperative schedule"),
     "tile_n": ({"tile": [128, 24]}, "must be 8 or a multiple of 16 in [16, 256]"),
     "tile_k": ({"tile": [128, 128, 48]}, "2, 4 or 8 MMA k-steps of 16 for bf16 inputs, i.e. 32, 64, 128"),
     "acc_registers": ({"tile": [256, 256]}, "256 fp32 values per consumer thread"),
@@ -398,7 +398,7 @@ def test_fast_accum_only_for_fp8():
 @pytest.mark.parametrize(
     ("sched", "m", "ok"),
     [("cooperative", 64, True), ("cooperative", 128, True), ("cooperative", 192, True),
-     ("cooperative", 256, True), ("cooperative", 320, False), ("pingpong", 64, True), ("pingpong", 128, True),
+     ("cooperative", 256, True), ("cooperative", 320, True), ("pingpong", 64, True), ("pingpong", 128, True),
      ("pingpong", 192, True), ("pingpong", 256, False)],
 )  # fmt: skip
 def test_tile_m_per_schedule(sched, m, ok):
@@ -428,6 +428,24 @@ def test_192x256_splits_its_columns_between_two_warpgroups():
     assert validity.mma_atom_layout(spec(tile=[192, 256], schedule="pingpong")) == (1, 1)
     assert validity.acc_registers(spec(tile=[192, 256], schedule="pingpong")) is not None  # 384 values
     assert validity.tile_n(spec(tile=[192, 256], schedule="pingpong")) is None  # acc_registers decides there
+
+
+@pytest.mark.parametrize(
+    ("n", "ok"), [(32, True), (64, True), (96, True), (128, True), (160, True), (144, False), (192, False)]
+)
+def test_cooperative_320_rows_split_columns_up_to_160(n, ok):
+    s = spec(tile=[320, n])
+    reason = validity.tile_n(s)
+    assert (reason is None) == ok
+    if ok:
+        assert validity.n_split(s) and validity.mma_atom_layout(s) == (1, 2)
+        assert register_plan(s).acc_regs == 320 * n // 256  # each warpgroup: 320 x N/2
+        assert epilogue_tile(s) == (64, 32 if n // 2 % 32 == 0 else 16)
+    else:
+        assert "multiple of 32 and at most 160" in reason and "use such an N" in reason
+    assert validity.tile_m(spec(tile=[320, 128], schedule="pingpong")) is not None  # 320 rows: cooperative
+    assert why_unsupported(spec(**{**FP8, "tile": [320, 64]})) is None  # promoted: 2 x 80 values
+    assert "fp8 promoted" in validity.acc_registers(spec(**{**FP8, "tile": [320, 128]}))
 
 
 @pytest.mark.parametrize(
