@@ -166,7 +166,7 @@ class RegisterPlan(NamedTuple):
     consumer_wgs: int  # consumer warpgroups per CTA (the producer warpgroup comes on top)
     producer_regs: int  # per producer thread after setmaxnreg
     consumer_regs: int  # per consumer thread after setmaxnreg
-    acc_regs: int  # fp32 values of the tile accumulator per consumer thread
+    acc_regs: int  # registers of the tile accumulator per consumer thread (acc_regs())
     k_acc_buffers: int  # fp8 promoted accumulation: per-k-tile accumulators (0 without promotion)
 
     @property
@@ -215,9 +215,10 @@ def consumer_wgs_per_cta(spec: GemmSpec) -> int:
 
 
 def acc_regs(spec: GemmSpec) -> int:
-    """fp32 accumulator values (registers) per consumer thread for one tile."""
+    """Accumulator registers per consumer thread for one tile: one per fp32 value, one per two fp16
+    values (WGMMA packs an fp16 accumulator two to a register)."""
     m, n, _ = spec.tile
-    return m * n // (128 * consumer_wgs_per_tile(spec))
+    return m * n // (128 * consumer_wgs_per_tile(spec)) * spec.acc_dtype.bits // 32
 
 
 def fp8_promoted(spec: GemmSpec) -> bool:
@@ -299,8 +300,23 @@ def fp8_k_major(s: GemmSpec) -> str | None:
 
 @_rule
 def acc_dtype(s: GemmSpec) -> str | None:
-    if s.acc_dtype != DType.fp32:
-        return f"acc_dtype {s.acc_dtype}: only fp32 accumulation is supported; use acc_dtype fp32"
+    # fp16 accumulation (WGMMA's .f16 accumulator, two values per register): for fp16 inputs, where the
+    # instruction has it (bf16 has none); fp8 keeps fp32 here (its promoted path adds fp32 k-tile sums).
+    # The split-K partials, the grouped walks and swap-AB are built and tested with fp32 only.
+    if s.acc_dtype == DType.fp32:
+        return None
+    if s.acc_dtype != DType.fp16:
+        return f"acc_dtype {s.acc_dtype}: accumulation is fp32 (or fp16 for fp16 inputs); use acc_dtype fp32"
+    if (s.a_dtype, s.b_dtype) != (DType.fp16, DType.fp16):
+        return (
+            f"acc_dtype fp16 with {s.a_dtype} x {s.b_dtype}: fp16 accumulation takes fp16 inputs (WGMMA "
+            "has no fp16 accumulator for bf16, and fp8 accumulates in fp32 here); use acc_dtype fp32"
+        )
+    if s.k_split != KSplit.none or s.varlen != Varlen.none or s.swap_ab:
+        return (
+            "acc_dtype fp16 with split-K, a grouped walk or swap-AB: those paths are built for fp32 "
+            "accumulators only; use acc_dtype fp32"
+        )
     return None
 
 
@@ -410,9 +426,9 @@ def acc_registers(s: GemmSpec) -> str | None:
             f"> {plan.acc_budget}: {why}; use fp8_fast_accum true or a smaller tile"
         )
     return (
-        f"accumulator registers: a {s.schedule} {m}x{n} tile holds {plan.acc_regs} fp32 values per "
-        f"consumer thread ({share}) > {plan.acc_budget}: {why}; use a smaller tile (or cooperative for "
-        "M >= 128)"
+        f"accumulator registers: a {s.schedule} {m}x{n} tile holds {plan.acc_regs} registers of "
+        f"{s.acc_dtype} values per consumer thread ({share}) > {plan.acc_budget}: {why}; use a smaller "
+        "tile (or cooperative for M >= 128)"
     )
 
 

@@ -89,7 +89,7 @@ class _Plans:
     plans: dict = {}
 
 
-def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, stream=None):
+def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False, stream=None):
     """``out = alpha * a @ b + beta * c``, matmul semantics, on CUDA arrays; returns out.
 
     a: (..., M, K), b: (..., K, N), out and c: (..., M, N): torch tensors, or any array offering
@@ -98,6 +98,8 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
     leading dimensions and batch strides come from the strides; `select()` picks the instance. out=None
     allocates the result, for torch inputs only (bf16 for fp8 inputs, else the input dtype). c is read
     only when beta != 0. fp8_fast_accum: for fp8 inputs, accumulate without periodic promotion.
+    fp16_accum: for fp16 inputs, accumulate in fp16 (opt-in: faster on large problems, with an error
+    that grows with K, docs/PERF.md).
     stream: an int handle or stream object as `launch()` takes; None means the framework's current
     stream (torch, CuPy), else the legacy default stream.
 
@@ -106,6 +108,8 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
     """
     if fp8_fast_accum is not False and fp8_fast_accum is not True:
         raise InvalidArgumentError(f"fp8_fast_accum={fp8_fast_accum!r}", "pass True or False")
+    if fp16_accum is not False and fp16_accum is not True:
+        raise InvalidArgumentError(f"fp16_accum={fp16_accum!r}", "pass True or False")
     cache = _Plans if _Plans.rt is state._default else _fresh_plans()
     T = _TORCH_TYPES
     if type(a) in T and type(b) in T and (out is None or type(out) in T) and (c is None or type(c) in T):
@@ -127,13 +131,14 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
             None if c is None else (c.shape, c.stride(), c.dtype, c.get_device() if c.is_cuda else -1),
             beta == 0.0,
             fp8_fast_accum,
+            fp16_accum,
         )
         try:
             p = cache.plans.get(key)
         except TypeError:  # e.g. an unhashable beta: the plan's builder explains
             p = None
         if p is None:
-            p = _plan_for(key, a, b, out, c, beta, fp8_fast_accum, view(a, "a"), view(b, "b"))
+            p = _plan_for(key, a, b, out, c, beta, (fp8_fast_accum, fp16_accum), view(a, "a"), view(b, "b"))
         if out is None:
             out = p.allocate()
         if p.empty:
@@ -186,10 +191,10 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, s
                 p.instance, (a.data_ptr(), b.data_ptr(), out.data_ptr()), stream, alpha=alpha, **p.kw
             )
         return out
-    return _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream)
+    return _gemm_views(cache, a, b, out, c, alpha, beta, (fp8_fast_accum, fp16_accum), stream)
 
 
-def _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream):
+def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream):
     """`gemm` for anything but all-torch operands: through `ArrayView`s (runtime/arrays.py)."""
     if type(stream) is not int:
         stream = _default_stream(a) if stream is None else stream_handle(stream)
@@ -205,7 +210,7 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream):
         None if vo is None else (*_view_key(vo), vo.readonly),
         None if vc is None else _view_key(vc),
         beta == 0.0,
-        fp8_fast_accum,
+        accum,
         va.source,  # out=None allocates through a's framework
     )
     try:
@@ -213,7 +218,7 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, fp8_fast_accum, stream):
     except TypeError:
         p = None
     if p is None:
-        p = _plan_for(key, a, b, out, c, beta, fp8_fast_accum, va, vb, vo, vc)
+        p = _plan_for(key, a, b, out, c, beta, accum, va, vb, vo, vc)
     if out is None:
         out = p.allocate()
         pd = out.data_ptr()
@@ -339,7 +344,7 @@ class _Plan:
         return empty(*shape, dtype=dtype, device=device)
 
 
-def _plan_for(key, a, b, out, c, beta, fp8, va, vb, vo=None, vc=None) -> _Plan:
+def _plan_for(key, a, b, out, c, beta, accum, va, vb, vo=None, vc=None) -> _Plan:
     """Build the plan of a call (`va`..`vc`: the operands' views; out and c views are made here for the
     torch fast path, which has none), cache it under `key`, and return it."""
     if vo is None and out is not None:
@@ -349,7 +354,7 @@ def _plan_for(key, a, b, out, c, beta, fp8, va, vb, vo=None, vc=None) -> _Plan:
     for x in (a, b, out, c):
         if x is not None and is_torch(x):
             _TORCH_TYPES.add(type(x))
-    p = _derive(a, va, vb, vo, vc, beta, fp8)
+    p = _derive(a, va, vb, vo, vc, beta, accum)
     plans = _Plans.plans
     if len(plans) >= _CACHED_PLANS:
         plans.clear()
@@ -362,7 +367,7 @@ def _bad(problem: str, fix: str) -> InvalidArgumentError:
     return InvalidArgumentError(problem, fix)
 
 
-def _derive(a, va, vb, vo, vc, beta, fp8) -> _Plan:
+def _derive(a, va, vb, vo, vc, beta, accum) -> _Plan:
     """The problem, layouts and choice of one call; every refusal an `HgemmError`."""
     for name, v in (("a", va), ("b", vb), ("out", vo), ("c", vc)):
         if v is not None and len(v.shape) < 2:
@@ -486,7 +491,8 @@ def _derive(a, va, vb, vo, vc, beta, fp8) -> _Plan:
         d_major=dm,
         c_dtype=vc.dtype if use_c else None,
         c_major=cm,
-        fp8_fast_accum=fp8,
+        fp8_fast_accum=accum[0],
+        fp16_accum=accum[1],
         batch=nbatch,
         device=device,
     )

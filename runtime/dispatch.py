@@ -42,12 +42,18 @@ class ProblemClass:
     grouped: bool = False  # a grouped GEMM (varlen M: one launch for G groups of rows)
     gathered: bool = False  # ... whose A rows are gathered through an index array
     grouped_k: bool = False  # a grouped GEMM with a per-group K (the weight gradient)
+    fp16_accum: bool = False  # fp16 inputs accumulated in fp16 (faster, less precise: opt-in only)
 
     @classmethod
     def of(cls, spec: GemmSpec) -> ProblemClass:
         fields = (getattr(spec, f) for f in _CLASS_FIELDS)
         return cls(
-            *fields, spec.fp8_fast_accum, spec.varlen == Varlen.m, spec.gather_a, spec.varlen == Varlen.k
+            *fields,
+            spec.fp8_fast_accum,
+            spec.varlen == Varlen.m,
+            spec.gather_a,
+            spec.varlen == Varlen.k,
+            spec.acc_dtype == DType.fp16,
         )
 
     @property
@@ -60,11 +66,11 @@ class ProblemClass:
             key += f"_c{self.c_dtype}{self.c_major}"
         key += "_fastacc" if self.fp8_fast_accum else ""
         key += "_varlenm" if self.grouped else "_varlenk" if self.grouped_k else ""
-        return key + ("_gathera" if self.gathered else "")
+        return key + ("_gathera" if self.gathered else "") + ("_fp16acc" if self.fp16_accum else "")
 
     def distance(self, other: ProblemClass) -> int:
         """How many fields differ: what "nearest" means in `NoInstanceError`."""
-        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped", "gathered", "grouped_k")
+        fields = (*_CLASS_FIELDS, "fp8_fast_accum", "grouped", "gathered", "grouped_k", "fp16_accum")
         return sum(getattr(self, f) != getattr(other, f) for f in fields)
 
     def dtype_of(self, operand: str) -> DType:
@@ -112,13 +118,16 @@ def select(
     batch: int = 1,
     device: int | None = None,
     gpu: str | None = None,
+    fp16_accum: bool = False,
 ) -> Choice:
     """The shipped instance (and launch overrides) to run D = A @ B^T (+ C) of this problem with.
 
     Sizes as in `launch()`: per batch A is m x k, B n x k, D m x n. Dtypes are names ("bf16", "fp16",
     "fp32", "e4m3", "e5m2") or `DType`s; b_dtype defaults to a_dtype, d_dtype to a_dtype for 16-bit
     inputs and to bf16 for fp8 inputs; c_dtype/c_major describe a C operand (c_major defaults to
-    d_major); fp8_fast_accum only applies to fp8 inputs. Leading dimensions are assumed packed:
+    d_major); fp8_fast_accum only applies to fp8 inputs. fp16_accum=True (fp16 inputs only) asks for
+    an instance that accumulates in fp16: faster on large problems, with an error that grows with K
+    (docs/PERF.md); it is never chosen otherwise. Leading dimensions are assumed packed:
     their 16-byte alignment is checked here. device: the CUDA ordinal whose GPU to plan for (None: the
     current context's device, resolved on the first call for these arguments); gpu: plan for a GPU
     by name instead (e.g. "H200"; see runtime/gpus.py), which needs no GPU at all.
@@ -128,14 +137,14 @@ def select(
     arguments or a contiguous extent that breaks TMA's 16-byte rule."""
     rt = state.runtime()
     key = (m, n, k, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major)
-    key += (fp8_fast_accum, batch, device, gpu)
+    key += (fp8_fast_accum, batch, device, gpu, fp16_accum)
     try:
         choice = rt.choices.get(key)
     except TypeError:  # an unhashable argument: the slow path names it
         choice = None
     if choice is None:
         cls = problem_class(
-            a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum
+            a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum, fp16_accum
         )
         # Sizes and packed rows are checked by launch's own rule (runtime/problem.py), on any instance of
         # the class: they all share its dtypes and layouts.
@@ -197,7 +206,7 @@ def select_grouped(
 
 
 def problem_class(
-    a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum
+    a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum, fp16_accum=False
 ) -> ProblemClass:
     """Normalize `select`'s class arguments (defaults, names, enums) into a `ProblemClass`;
     ``InvalidArgumentError`` naming the argument otherwise."""
@@ -216,7 +225,15 @@ def problem_class(
             f"fp8_fast_accum must be a bool, got {fp8_fast_accum!r}", "pass True or False"
         )
     fast = fp8_fast_accum and a.is_float8  # fast accumulation is an fp8 WGMMA option; 16-bit has one form
-    return ProblemClass(a, b, d, _field("a_major", a_major), _field("b_major", b_major), dm, c, cm, fast)
+    if type(fp16_accum) is not bool:
+        raise InvalidArgumentError(f"fp16_accum must be a bool, got {fp16_accum!r}", "pass True or False")
+    if fp16_accum and (a, b) != (DType.fp16, DType.fp16):
+        raise InvalidArgumentError(
+            f"fp16_accum=True with {a} x {b} inputs: fp16 accumulation takes fp16 inputs",
+            "pass fp16_accum=False (or fp16 operands)",
+        )
+    am, bm = _field("a_major", a_major), _field("b_major", b_major)
+    return ProblemClass(a, b, d, am, bm, dm, c, cm, fast, fp16_accum=fp16_accum)
 
 
 def target(rt, device: int | None, gpu: str | None) -> gpus.GpuId:
@@ -270,6 +287,8 @@ def _describe(cls: ProblemClass) -> str:
         text += f" + C ({cls.c_dtype}, {cls.c_major}-major)"
     if cls.a_dtype.is_float8:
         text += " with fp8 fast accumulation" if cls.fp8_fast_accum else " with promoted accumulation"
+    if cls.fp16_accum:
+        text += " with fp16 accumulation"
     return text
 
 

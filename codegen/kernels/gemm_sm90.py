@@ -1177,7 +1177,7 @@ class HopperGemm(GroupedWalks):
                 c_phase = ((c_count + epi_idx) // self.c_stages) % 2
                 cute.arch.mbarrier_wait(epi.c_full + c_buffer, c_phase)
                 cute.copy(epi.tiled_copy_s2r, epi.tSR_sC[(None, None, None, c_buffer)], epi.tSR_rC)
-                acc_vec = acc_vec + epi.tRS_rC.load().to(self.acc_dtype) * epi.beta
+                acc_vec = acc_vec + epi.tRS_rC.load().to(Float32) * epi.beta
             epi.tRS_rD_out.store(acc_vec.to(self.d_dtype))
             cute.copy(
                 epi.tiled_copy_r2s,

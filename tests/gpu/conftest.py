@@ -105,6 +105,7 @@ def pytest_terminal_summary(terminalreporter):
     for r in rows:
         fp8_in = r["a_dtype"] in ("e4m3", "e5m2") or r["b_dtype"] in ("e4m3", "e5m2")
         inputs = ("fp8 " + ("fast" if r.get("fp8_fast_accum") else "promoted")) if fp8_in else "16-bit"
+        inputs += " fp16-acc" if r.get("acc_dtype") == "fp16" else ""
         groups.setdefault(f"{inputs} -> {r['d_dtype']}", []).append(r)
     for name in sorted(groups):
         g = groups[name]

@@ -30,11 +30,12 @@ BY_ID = {i.id: i for i in g.INSTANCES}
 
 
 def class_name(inst) -> str:
-    """The class of ``inst`` as a test id: dtypes, A/B/D majors, C, fp8 accumulation (no tile)."""
+    """The class of ``inst`` as a test id: dtypes, A/B/D majors, C, fp8 or fp16 accumulation (no tile)."""
     name = f"{inst.a_dtype}_{inst.b_dtype}_{inst.d_dtype}_{inst.a_major}{inst.b_major}{inst.d_major}"
     if inst.has_c:
         name += f"_c{inst.c_dtype}{inst.c_major}"
-    return name + ("_fastacc" if g.is_fp8(inst) and inst.fp8_fast_accum else "")
+    name += "_fastacc" if g.is_fp8(inst) and inst.fp8_fast_accum else ""
+    return name + ("_fp16acc" if g.fp16_accumulating(inst) else "")
 
 
 def classes(instances=g.INSTANCES) -> list:
@@ -58,6 +59,7 @@ def class_args(inst) -> dict:
         "c_dtype": None if inst.c_dtype is None else str(inst.c_dtype),
         "c_major": None if inst.c_major is None else str(inst.c_major),
         "fp8_fast_accum": bool(g.is_fp8(inst) and inst.fp8_fast_accum),
+        "fp16_accum": g.fp16_accumulating(inst),
     }
 
 

@@ -78,6 +78,8 @@ def call(p: g.Problem, wrap=None, **extra):
         kw["beta"] = p.scales.beta
     if g.is_fp8(p.inst) and p.inst.fp8_fast_accum:
         kw["fp8_fast_accum"] = True
+    if g.fp16_accumulating(p.inst):
+        kw["fp16_accum"] = True
     return hgemm_sm90.gemm(a, b, out, **kw)
 
 
@@ -157,7 +159,7 @@ def linear_operands(dtype: str, m: int, n: int, k: int, gen, batch=(), b_row_maj
 def out_class(dtype: str, b_row_major: bool = False, d_dtype: str | None = None) -> dict:
     d = d_dtype or ("bf16" if dtype in ("e4m3", "e5m2") else dtype)
     return dict(a_dtype=dtype, b_dtype=dtype, d_dtype=d, a_major="k", b_major="n" if b_row_major else "k",
-                d_major="n", c_dtype=None, c_major=None, fp8_fast_accum=False)  # fmt: skip
+                d_major="n", c_dtype=None, c_major=None, fp8_fast_accum=False, fp16_accum=False)  # fmt: skip
 
 
 def skip_unless_shipped(cls: dict) -> None:

@@ -46,7 +46,7 @@ def out_dtype_of(dtype: str) -> str:
 def cls(dtype, *, b_major="k", d_dtype=None, d_major="n", c_dtype=None, c_major=None, fast=False) -> dict:
     return dict(a_dtype=dtype, b_dtype=dtype, d_dtype=d_dtype or out_dtype_of(dtype), a_major="k",
                 b_major=b_major, d_major=d_major, c_dtype=c_dtype, c_major=c_major,
-                fp8_fast_accum=fast)  # fmt: skip
+                fp8_fast_accum=fast, fp16_accum=False)  # fmt: skip
 
 
 def require(c: dict) -> None:

@@ -48,6 +48,7 @@ def _problem_kwargs(cls: ProblemClass) -> dict:
         b_major=cls.b_major,
         d_major=cls.d_major,
         fp8_fast_accum=cls.fp8_fast_accum,
+        fp16_accum=cls.fp16_accum,
     )
     if cls.c_dtype is not None:
         kw.update(c_dtype=cls.c_dtype, c_major=cls.c_major)
@@ -191,6 +192,15 @@ def test_select_never_returns_an_instance_that_cannot_run(catalog_rt, default_sp
     assert sources == {"table", "model"}
 
 
+def test_fp16_accumulation_is_chosen_only_when_asked_for(catalog_rt, default_specs):
+    assert any(s.acc_dtype == "fp16" for s in default_specs)
+    for m, n, k in ((4096, 4096, 4096), (128, 1024, 512), (8192, 1920, 4096)):
+        plain = GemmSpec.parse(select(m, n, k, a_dtype="fp16", gpu="H200").instance_id)
+        asked = GemmSpec.parse(select(m, n, k, a_dtype="fp16", fp16_accum=True, gpu="H200").instance_id)
+        assert plain.acc_dtype == "fp32" and asked.acc_dtype == "fp16"
+        assert ProblemClass.of(asked).key == "fp16_fp16_fp16_kkn_fp16acc"
+
+
 def test_select_caches_choices(catalog_rt):
     first = select(512, 4096, 4096, a_dtype="bf16", gpu="H200")
     assert select(512, 4096, 4096, a_dtype="bf16", gpu="H200") is first
@@ -221,6 +231,8 @@ def test_no_instance_lists_the_nearest(catalog_rt):
         (dict(m=256, n=256, k=256, gpu="H200", device=0), "both device"),
         (dict(m=256, n=256, k=256, c_major="n"), "c_major='n' given without c_dtype"),
         (dict(m=256, n=256, k=256, fp8_fast_accum=1), "fp8_fast_accum must be a bool"),
+        (dict(m=256, n=256, k=256, fp16_accum=1), "fp16_accum must be a bool"),
+        (dict(m=256, n=256, k=256, fp16_accum=True), "fp16 accumulation takes fp16 inputs"),
     ],
 )
 def test_select_refuses_bad_arguments(catalog_rt, kwargs, match):

@@ -33,8 +33,9 @@ KINDS = ("torch", "cai", "dlpack")
 _DESC_DIMS = {"k": ("k", "m", "l"), "m": ("m", "k", "l")}
 
 
-def _spec(a, am="k", bm="k", dm="n", b=None, d=None, c=None, cm=None, fast=False) -> GemmSpec:
+def _spec(a, am="k", bm="k", dm="n", b=None, d=None, c=None, cm=None, fast=False, acc="fp32") -> GemmSpec:
     return GemmSpec(
+        acc_dtype=acc,
         a_dtype=a,
         b_dtype=b or a,
         d_dtype=d or a,
@@ -53,13 +54,13 @@ def _spec(a, am="k", bm="k", dm="n", b=None, d=None, c=None, cm=None, fast=False
 SPECS = [_spec("fp16", am, bm, dm) for am in "km" for bm in "kn" for dm in "nm"]
 SPECS += [_spec("fp16", "k", "k", dm, c="fp16", cm=cm) for dm in "nm" for cm in "nm"]
 SPECS += [_spec("bf16"), _spec("bf16", d="fp32"), _spec("bf16", c="bf16", cm="n")]
-SPECS += [_spec("e4m3", d="bf16"), _spec("e4m3", d="bf16", fast=True)]
+SPECS += [_spec("e4m3", d="bf16"), _spec("e4m3", d="bf16", fast=True), _spec("fp16", acc="fp16")]
 
 
 def _class(s) -> tuple:
     fast = s.fp8_fast_accum and DType(s.a_dtype).is_float8
     fields = (s.a_dtype, s.b_dtype, s.d_dtype, s.a_major, s.b_major, s.d_major, s.c_dtype, s.c_major)
-    return (*(None if f is None else str(f) for f in fields), fast)
+    return (*(None if f is None else str(f) for f in fields), fast, s.acc_dtype == DType.fp16)
 
 
 BY_CLASS = {_class(s): s.name() for s in SPECS}
@@ -117,13 +118,14 @@ def selects(monkeypatch):
     calls = []
 
     def fake_select(m, n, k, *, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major,
-                    fp8_fast_accum, batch, device):  # fmt: skip
+                    fp8_fast_accum, batch, device, fp16_accum):  # fmt: skip
         args = dict(m=m, n=n, k=k, a_dtype=a_dtype, b_dtype=b_dtype, d_dtype=d_dtype, a_major=a_major)
         args.update(b_major=b_major, d_major=d_major, c_dtype=c_dtype, c_major=c_major)
-        args.update(fp8_fast_accum=fp8_fast_accum, batch=batch, device=device)
+        args.update(fp8_fast_accum=fp8_fast_accum, batch=batch, device=device, fp16_accum=fp16_accum)
         calls.append(args)
         fields = (a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major)
-        key = (*(None if f is None else str(f) for f in fields), fp8_fast_accum and DType(a_dtype).is_float8)
+        fast = fp8_fast_accum and DType(a_dtype).is_float8
+        key = (*(None if f is None else str(f) for f in fields), fast, fp16_accum)
         if key not in BY_CLASS:
             raise NoInstanceError(str(key), [])
         return Choice(BY_CLASS[key], None, None, "test", "the class's only instance", 1.0)
@@ -203,7 +205,7 @@ def test_layout_derivation(kind, am, bm, dm, padded, batch, rt, fake, catalog, s
     fp16 = DType.fp16
     assert selects[-1] == dict(m=M, n=N, k=K, a_dtype=fp16, b_dtype=fp16, d_dtype=fp16, a_major=am,
                                b_major=bm, d_major=dm, c_dtype=None, c_major=None, fp8_fast_accum=False,
-                               batch=L, device=None if kind == "cai" else 0)  # fmt: skip
+                               batch=L, device=None if kind == "cai" else 0, fp16_accum=False)  # fmt: skip
     want = dict(m=M, n=N, k=K, batch=L, alpha=1.0)
     if padded:
         want.update(lda=lda, ldb=ldb, ldd=ldd)
@@ -326,6 +328,11 @@ def test_dtypes_bf16_fp16_fp32_out_e4m3(rt, fake, torch_mod, selects, launches):
     a, b = mats(DType.e4m3, "dlpack")
     runtime.gemm(a, b, make("dlpack", (M, N), DType.bf16), fp8_fast_accum=True)
     assert launches[-1][0] == BY_CLASS[_class(_spec("e4m3", d="bf16", fast=True))]
+    a, b = mats(DType.fp16)  # fp16 accumulation only when asked for, and a plan of its own
+    runtime.gemm(a, b, make("torch", (M, N), DType.fp16))
+    assert launches[-1][0] == BY_CLASS[_class(_spec("fp16"))] and selects[-1]["fp16_accum"] is False
+    runtime.gemm(a, b, make("torch", (M, N), DType.fp16), fp16_accum=True)
+    assert launches[-1][0] == BY_CLASS[_class(_spec("fp16", acc="fp16"))] and selects[-1]["fp16_accum"]
 
 
 # ---- the real select, on the test manifest ----------------------------------------------------------------
@@ -523,6 +530,7 @@ def _bad_cases():
         ),
         ("devices", (a, t((K, N), device=1), d), {}, DeviceMismatchError, "lives on CUDA device 1"),
         ("fast accum", (a, b, d), dict(fp8_fast_accum=1), InvalidArgumentError, "fp8_fast_accum=1"),
+        ("fp16 accum", (a, b, d), dict(fp16_accum="yes"), InvalidArgumentError, "fp16_accum='yes'"),
         ("no class", (a, t((K, N), dtype=DType.bf16), d), {}, NoInstanceError, "no shipped kernel instance"),
         (
             "alloc cai",

@@ -224,7 +224,10 @@ def test_explain_excluded_id_says_why_and_fails(tree, capsys):
 def test_explain_unsupported_id_shows_the_failing_rule_and_suggests(tree, capsys):
     assert run(tree, "--explain", KNOWN.replace("_coop", "_pp")) == 1
     out, err = capsys.readouterr()
-    assert "FAIL  acc_registers: accumulator registers: a pingpong 128x256 tile holds 256 fp32 values" in out
+    assert (
+        "FAIL  acc_registers: accumulator registers: a pingpong 128x256 tile holds 256 registers of fp32"
+        in out
+    )
     assert "not in any profile" in err and "no group's product contains it" in err and KNOWN in err
 
 
@@ -271,7 +274,7 @@ def test_summary_shows_refused_tile_and_cluster_with_their_reasons(tmp_path, cap
     # two rules counts under the first (256x256 with a 4x4 cluster: acc_registers)
     assert (
         f"    rule acc_registers: 4, e.g. {BIG_TILE}: accumulator registers: a cooperative 256x256 tile "
-        "holds 256 fp32 values per consumer thread" in err
+        "holds 256 registers of fp32 values per consumer thread" in err
     )
     assert (
         "    rule cluster_size: 2, e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c4x4_coop: cluster 4x4: "
