@@ -166,8 +166,8 @@ def family(inst) -> tuple:
         inst.has_c,
         inst.c_dtype,
         inst.c_major,
-        inst.fp8_fast_accum,
         str(inst.acc_dtype),
+        inst.fp8_fast_accum,  # last: test_fp8.accum_pairs drops it to pair fast with promoted
     )
 
 
