@@ -918,9 +918,9 @@ def render_markdown(env: dict, args: BenchArgs, command: str, results: list[dict
 
 def candidates(instances, combo: Combo, kernels: list[str] | None) -> list:
     """Instances of the combination: with --kernels, those matching a glob (any layout, C or not); else
-    the default comparison set, K-major A/B, N-major D and no C. Never a grouped instance (varlen M/K,
-    gathered A), even through a glob: the suites' problems are one dense GEMM each, and
-    build_tools/bench_moe.py times the grouped ones."""
+    the default comparison set, K-major A/B, N-major D, no C, fp32 accumulation. Never a grouped
+    instance (varlen M/K, gathered A), even through a glob: the suites' problems are one dense GEMM each,
+    and build_tools/bench_moe.py times the grouped ones."""
     out = []
     for i in instances:
         if (i.a_dtype, i.b_dtype, i.d_dtype) != (combo.a, combo.b, combo.d):
@@ -930,7 +930,13 @@ def candidates(instances, combo: Combo, kernels: list[str] | None) -> list:
         if kernels:
             if any(fnmatch.fnmatchcase(i.id, g) for g in kernels):
                 out.append(i)
-        elif (i.a_major, i.b_major, i.d_major) == ("k", "k", "n") and not getattr(i, "has_c", False):
+        elif (
+            (i.a_major, i.b_major, i.d_major) == ("k", "k", "n")
+            and not getattr(i, "has_c", False)
+            # fp16 accumulation is opt-in (a coarser result): never in a comparison with cuBLAS's fp32
+            # accumulation unless asked for by --kernels.
+            and str(getattr(i, "acc_dtype", "fp32")) == "fp32"
+        ):
             out.append(i)
     return sorted(out, key=lambda i: i.id)
 

@@ -19,6 +19,12 @@ def test_the_comparison_set_is_dense_even_through_globs():
         (s.a_major, s.b_major, s.d_major) == ("k", "k", "n") and not s.has_c for s in picked
     )
     assert not any(s.varlen != "none" or s.gather_a for s in picked)
+    fp16 = candidates(specs, Combo("fp16", "fp16", "fp16"), None)
+    assert fp16 and all(s.acc_dtype == "fp32" for s in fp16)  # fp16 accumulation only through a glob
+    assert all(
+        s.acc_dtype == "fp16" for s in candidates(specs, Combo("fp16", "fp16", "fp16"), ["*_fp16acc_*"])
+    )
+    assert candidates(specs, Combo("fp16", "fp16", "fp16"), ["*_fp16acc_*"])
     grouped_kkn = [
         s
         for s in specs
