@@ -154,21 +154,26 @@ def inplace_ok(inst) -> bool:
     return inst.has_c and inst.c_dtype == inst.d_dtype and inst.c_major == inst.d_major
 
 
-def family(inst) -> tuple:
-    """What an instance computes, ignoring how it is tiled."""
-    return (
-        inst.a_dtype,
-        inst.b_dtype,
-        inst.d_dtype,
-        inst.a_major,
-        inst.b_major,
-        inst.d_major,
-        inst.has_c,
-        inst.c_dtype,
-        inst.c_major,
-        str(inst.acc_dtype),
-        inst.fp8_fast_accum,  # last: test_fp8.accum_pairs drops it to pair fast with promoted
-    )
+# What an instance computes, ignoring how it is tiled: these fields of its spec.
+FAMILY_FIELDS = (
+    "a_dtype",
+    "b_dtype",
+    "d_dtype",
+    "a_major",
+    "b_major",
+    "d_major",
+    "has_c",
+    "c_dtype",
+    "c_major",
+    "acc_dtype",
+    "fp8_fast_accum",
+)
+
+
+def family(inst, without: tuple[str, ...] = ()) -> tuple:
+    """What an instance computes, ignoring how it is tiled (FAMILY_FIELDS, less those named in
+    `without`)."""
+    return tuple(getattr(inst, f) for f in FAMILY_FIELDS if f not in without)
 
 
 def fp16_accumulating(inst) -> bool:

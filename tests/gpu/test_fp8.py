@@ -34,7 +34,7 @@ def accum_pairs(instances):
     groups: dict[tuple, dict[bool, list]] = {}
     for i in instances:
         if g.is_fp8(i):
-            fam = g.family(i)[:-1]  # everything but fp8_fast_accum
+            fam = g.family(i, without=("fp8_fast_accum",))
             groups.setdefault(fam, {True: [], False: []})[bool(i.fp8_fast_accum)].append(i)
     pairs = []
     for fam in sorted(groups, key=str):
