@@ -122,6 +122,12 @@ def _add_problem_args(p: argparse.ArgumentParser, dtypes: list[str], dtype_requi
     p.add_argument("--c-dtype", choices=dtypes, help="read a C operand of this type: D = A @ B^T + C")
     p.add_argument("--c-major", choices=("n", "m"), help="C's majorness (default: D's)")
     p.add_argument("--fast-accum", action="store_true", help="fp8 inputs: accumulate without promotion")
+    p.add_argument(
+        "--fp16-accum",
+        action="store_true",
+        help="fp16 inputs: accumulate in fp16 (faster on large problems, coarser; never chosen otherwise; "
+        "bench's cuBLAS baseline still accumulates in fp32)",
+    )
     p.add_argument("--batch", type=int, default=1, help="number of GEMMs in the batch (default 1)")
     p.add_argument("--device", type=int, help="CUDA device ordinal (default 0)")
 
@@ -316,6 +322,7 @@ def _matches(spec, args) -> bool:
 
 def _row(spec) -> dict[str, str]:
     accum = ("fast" if spec.fp8_fast_accum else "promoted") if spec.a_dtype.is_float8 else "-"
+    accum = "fp16" if spec.acc_dtype == "fp16" else accum
     return {
         "id": spec.id,
         "A,B->D": f"{spec.a_dtype},{spec.b_dtype}->{spec.d_dtype}",
@@ -380,6 +387,7 @@ def _problem_kwargs(args) -> dict:
         "c_dtype": args.c_dtype,
         "c_major": args.c_major,
         "fp8_fast_accum": args.fast_accum,
+        "fp16_accum": args.fp16_accum,
         "batch": args.batch,
     }
 
@@ -413,6 +421,7 @@ def cmd_select(args) -> int:
         kwargs["c_dtype"],
         kwargs["c_major"],
         kwargs["fp8_fast_accum"],
+        kwargs["fp16_accum"],
     )
     flops = 2.0 * m * n * k * args.batch
     tflops = flops / (choice.estimate_us * 1e-6) / 1e12 if choice.estimate_us > 0 else float("nan")

@@ -28,11 +28,14 @@ def cmd_bench(args) -> int:
     if args.instance is None and args.dtype is None:
         raise UsageError(f"{PROG} bench: give --dtype (or --instance ID) (see {PROG} bench --help)")
     if args.instance is not None and (
-        any(getattr(args, o) is not None for o in class_opts) or args.fast_accum or args.layout != "kkn"
+        any(getattr(args, o) is not None for o in class_opts)
+        or args.fast_accum
+        or args.fp16_accum
+        or args.layout != "kkn"
     ):
         raise UsageError(
             f"{PROG} bench: --instance fixes the dtypes, layout and C; drop --dtype/--b-dtype/--out-dtype/"
-            "--layout/--c-dtype/--c-major/--fast-accum, or drop --instance"
+            "--layout/--c-dtype/--c-major/--fast-accum/--fp16-accum, or drop --instance"
         )
     torch = _import_torch()
     if not torch.cuda.is_available():

@@ -16,13 +16,15 @@ of the wheel's requirements.
 The operators and their schemas::
 
     gemm(Tensor a, Tensor b, Tensor? c=None, float alpha=1.0, float beta=0.0, bool fp8_fast_accum=False,
-         ScalarType? out_dtype=None) -> Tensor
-    mm(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None) -> Tensor
+         ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor
+    mm(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None,
+       bool fp16_accum=False) -> Tensor
     addmm(Tensor c, Tensor a, Tensor b, *, float beta=1.0, float alpha=1.0, bool fp8_fast_accum=False,
-          ScalarType? out_dtype=None) -> Tensor
-    bmm(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None) -> Tensor
+          ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor
+    bmm(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None,
+        bool fp16_accum=False) -> Tensor
     gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? c=None, float alpha=1.0, float beta=0.0,
-             bool fp8_fast_accum=False) -> ()
+             bool fp8_fast_accum=False, bool fp16_accum=False) -> ()
 
 All compute ``alpha * a @ b + beta * c`` with `hgemm_sm90.gemm` (dispatch picks the kernel instance):
 
@@ -47,6 +49,9 @@ All compute ``alpha * a @ b + beta * c`` with `hgemm_sm90.gemm` (dispatch picks 
   majorness of each operand comes from its strides (e.g. fp8 needs K-major a and b, i.e. b = w.T for a
   row-major (N, K) w, as ``torch._scaled_mm``). An unshipped combination raises `NoInstanceError` naming
   the nearest shipped ones; the ops do not silently copy to another layout.
+- ``fp16_accum=True`` (fp16 a and b only) asks for an instance that accumulates in fp16, as
+  `hgemm_sm90.gemm`'s option of the same name: faster on large problems, with an error that grows with
+  K; never chosen otherwise.
 - ``gemm_out`` writes into a given ``out`` (any strides the kernels accept: its strides pick D's layout,
   e.g. column-major D) and passes a, b and out to `hgemm_sm90.gemm` as they are (its own batch rules
   apply; only a broadcast c is materialized; ``c=out`` is the in-place update ``out = alpha * a @ b +
@@ -77,13 +82,15 @@ NAMESPACE = "hgemm_sm90"
 
 SCHEMAS = {
     "gemm": "(Tensor a, Tensor b, Tensor? c=None, float alpha=1.0, float beta=0.0, "
-    "bool fp8_fast_accum=False, ScalarType? out_dtype=None) -> Tensor",
-    "mm": "(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None) -> Tensor",
+    "bool fp8_fast_accum=False, ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor",
+    "mm": "(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None, "
+    "bool fp16_accum=False) -> Tensor",
     "addmm": "(Tensor c, Tensor a, Tensor b, *, float beta=1.0, float alpha=1.0, bool fp8_fast_accum=False, "
-    "ScalarType? out_dtype=None) -> Tensor",
-    "bmm": "(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None) -> Tensor",
+    "ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor",
+    "bmm": "(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None, "
+    "bool fp16_accum=False) -> Tensor",
     "gemm_out": "(Tensor a, Tensor b, Tensor(a!) out, Tensor? c=None, float alpha=1.0, float beta=0.0, "
-    "bool fp8_fast_accum=False) -> ()",
+    "bool fp8_fast_accum=False, bool fp16_accum=False) -> ()",
 }
 """Each op's schema (without its name), as passed to ``torch.library.custom_op``."""
 
@@ -275,7 +282,7 @@ def _fake(a, b, c, beta, out_dtype, op):
     return a.new_empty(shape, dtype=dtype)  # contiguous, on a's (fake) device, like the real output
 
 
-def _launch(a, b, out, c, alpha, beta, fp8_fast_accum, fold) -> None:
+def _launch(a, b, out, c, alpha, beta, fp8_fast_accum, fold, fp16_accum=False) -> None:
     """out = alpha * a @ b + beta * c on torch's current stream of a's device; with ``fold``, first bring
     a, b and c to the 2-D or 3-D problem `hgemm_sm90.gemm` runs (out is contiguous then)."""
     if c is not None and beta == 0.0:
@@ -293,6 +300,8 @@ def _launch(a, b, out, c, alpha, beta, fp8_fast_accum, fold) -> None:
     if fold:
         a, b, out, c = _fold(a, b, out, c)
     kw = {} if c is None else {"c": c, "beta": beta}
+    if fp16_accum:
+        kw["fp16_accum"] = True
     _hgemm(a, b, out, alpha=alpha, fp8_fast_accum=fp8_fast_accum, stream=_raw_stream(a.device.index), **kw)
 
 
@@ -330,43 +339,43 @@ def _opt_name(dtype):
     return None if dtype is None else dtype_name(dtype)
 
 
-def _gemm(a, b, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, out_dtype=None):
+def _gemm(a, b, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     out = _new(a, b, c, beta, out_dtype, "gemm")
-    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True)
+    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True, fp16_accum)
     return out
 
 
-def _gemm_fake(a, b, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, out_dtype=None):
+def _gemm_fake(a, b, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     return _fake(a, b, c, beta, out_dtype, "gemm")
 
 
-def _mm(a, b, *, fp8_fast_accum=False, out_dtype=None):
+def _mm(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     out = _new(a, b, None, 0.0, out_dtype, "mm")
-    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False)
+    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False, fp16_accum)
     return out
 
 
-def _mm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None):
+def _mm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     return _fake(a, b, None, 0.0, out_dtype, "mm")
 
 
-def _addmm(c, a, b, *, beta=1.0, alpha=1.0, fp8_fast_accum=False, out_dtype=None):
+def _addmm(c, a, b, *, beta=1.0, alpha=1.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     out = _new(a, b, c, beta, out_dtype, "addmm")
-    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True)
+    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True, fp16_accum)
     return out
 
 
-def _addmm_fake(c, a, b, *, beta=1.0, alpha=1.0, fp8_fast_accum=False, out_dtype=None):
+def _addmm_fake(c, a, b, *, beta=1.0, alpha=1.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     return _fake(a, b, c, beta, out_dtype, "addmm")
 
 
-def _bmm(a, b, *, fp8_fast_accum=False, out_dtype=None):
+def _bmm(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     out = _new(a, b, None, 0.0, out_dtype, "bmm")
-    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False)
+    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False, fp16_accum)
     return out
 
 
-def _bmm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None):
+def _bmm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
     return _fake(a, b, None, 0.0, out_dtype, "bmm")
 
 
@@ -382,12 +391,12 @@ def _gemm_out_check(a, b, out, c, beta) -> None:
     check_c(None if c is None else c.shape, shape, beta)
 
 
-def _gemm_out(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False):
+def _gemm_out(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False):
     _gemm_out_check(a, b, out, c, beta)
-    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, False)
+    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, False, fp16_accum)
 
 
-def _gemm_out_fake(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False):
+def _gemm_out_fake(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False):
     _gemm_out_check(a, b, out, c, beta)
 
 

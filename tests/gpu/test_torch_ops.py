@@ -125,6 +125,34 @@ def test_mm_fp8_fast_accumulation(ops, gen, report):
     check(report, c, "op_mm_fastacc", a, b, out)
 
 
+def test_fp16_accumulation_is_passed_through(ops, gen):
+    """fp16_accum=True on the ops runs what hgemm_sm90.gemm(..., fp16_accum=True) runs: the same bits (the
+    same fp16-accumulating instance on the same data), and not what the default runs at this K; bf16
+    inputs are refused with the typed error."""
+    if not any(i.acc_dtype == "fp16" for i in hgemm_sm90.instances()):
+        pytest.skip("no fp16-accumulating instance shipped")
+    a = u.rand((512, 4096), torch.float16, gen)
+    b = u.rand((4096, 512), torch.float16, gen, transposed=True)
+    want = hgemm_sm90.gemm(a, b, fp16_accum=True)
+    ours = {
+        "mm": ops.mm(a, b, fp16_accum=True),
+        "gemm": ops.gemm(a, b, fp16_accum=True),
+        "addmm": ops.addmm(torch.zeros(512, 512, dtype=torch.float16, device=a.device), a, b, beta=0.0,
+                           fp16_accum=True),
+        "bmm": ops.bmm(a[None], b[None], fp16_accum=True)[0],
+    }  # fmt: skip
+    out = torch.empty(512, 512, dtype=torch.float16, device=a.device)
+    ops.gemm_out(a, b, out, fp16_accum=True)
+    ours["gemm_out"] = out
+    torch.cuda.synchronize()
+    for name, got in ours.items():
+        assert torch.equal(g.bits(got), g.bits(want)), name
+    assert not torch.equal(g.bits(ops.mm(a, b)), g.bits(want)), "fp32 accumulation gave fp16's bits"
+    bf = a.to(torch.bfloat16)
+    with pytest.raises(hgemm_sm90.InvalidArgumentError, match="fp16 accumulation takes fp16 inputs"):
+        ops.mm(bf, b.to(torch.bfloat16), fp16_accum=True)
+
+
 @pytest.mark.parametrize("bias", [False, True], ids=["c_full", "c_bias_row"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_addmm(ops, dtype, bias, gen, report):

@@ -239,6 +239,22 @@ def test_select_passes_every_problem_option_through(cli_rt, capsys):
     assert rc == 0 and json.loads(out)["instance_id"] == SPECS[-1].id
 
 
+def test_select_takes_fp16_accumulation_only_when_asked(make_runtime, tmp_path, fake, capsys):
+    fp16acc = _spec(a_dtype="fp16", b_dtype="fp16", d_dtype="fp16", acc_dtype="fp16").id
+    write_kernels(tmp_path / "k", make_doc([record(s) for s in (*SPECS, GemmSpec.parse(fp16acc))]))
+    with_primary_contexts(fake)
+    make_runtime(manifest.load(str(tmp_path / "k" / "manifest.json")))
+    rc, out, _ = run_line(capsys, "select 4096 4096 4096 --dtype fp16 --fp16-accum --gpu H200 --json")
+    assert rc == 0
+    got = json.loads(out)
+    assert got["instance_id"] == fp16acc and got["problem"]["class"] == "fp16_fp16_fp16_kkn_fp16acc"
+    rc, out, err = run_line(capsys, "select 4096 4096 4096 --dtype fp16 --gpu H200 --json")
+    assert rc == 1 and "no shipped kernel instance computes" in err  # fp16 accumulation is no fallback
+    rc, out, _ = run_line(capsys, "list --dtype fp16")
+    row = next(line for line in out.splitlines() if line.startswith(fp16acc))
+    assert " fp16 " in row  # the accumulation column
+
+
 def test_select_uses_device_0_of_this_machine_by_default(cli_rt, fake, capsys):
     rc, out, _ = run(capsys, "select", "1024", "1024", "1024", "--dtype", "bf16")
     assert rc == 0

@@ -129,7 +129,7 @@ def test_the_requested_schemas():
     schemas = torch_ops.SCHEMAS
     assert schemas["gemm"].startswith(
         "(Tensor a, Tensor b, Tensor? c=None, float alpha=1.0, float beta=0.0, bool fp8_fast_accum=False, "
-        "ScalarType? out_dtype=None)"
+        "ScalarType? out_dtype=None, bool fp16_accum=False)"
     )
     assert schemas["addmm"].startswith("(Tensor c, Tensor a, Tensor b, *, float beta=1.0, float alpha=1.0")
     assert schemas["mm"].startswith("(Tensor a, Tensor b, *") and schemas["bmm"].startswith(
@@ -138,6 +138,8 @@ def test_the_requested_schemas():
     assert "Tensor(a!) out" in schemas["gemm_out"] and schemas["gemm_out"].endswith("-> ()")
     for name in ("gemm", "mm", "addmm", "bmm"):
         assert schemas[name].endswith("-> Tensor") and "(a!)" not in schemas[name]
+    for name in schemas:  # fp16 accumulation is asked for the same way on every op
+        assert "bool fp16_accum=False" in schemas[name], name
 
 
 # --- the shared shape and dtype rules -----------------------------------------------------------------
