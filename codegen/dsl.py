@@ -48,7 +48,7 @@ def host_pointers(spec: GemmSpec) -> tuple[str, ...]:
     if spec.varlen == Varlen.m:
         return ("cu_seqlens_m", "a_idx") if spec.gather_a else ("cu_seqlens_m",)
     if spec.varlen == Varlen.k:
-        return ("cu_seqlens_k",)
+        return ("cu_seqlens_k", "a_idx") if spec.gather_a else ("cu_seqlens_k",)
     return ()
 
 
@@ -124,7 +124,9 @@ def _fake_operands(spec: GemmSpec):
     from cutlass.cute.runtime import make_fake_tensor
 
     m, n, k, l, g = (cute.sym_int32(symbol=s) for s in "MNKLG")
-    ma = cute.sym_int32(symbol="MA")  # rows of a gathered A (the rows a_idx indexes)
+    # The extent of a gathered A that a_idx indexes: its rows (varlen M) or its K columns (varlen K).
+    ma = cute.sym_int32(symbol="MA")
+    symbols = {"m": m, "n": n, "k": k, "ma": ma}
 
     def operand(dtype: DType, rows, cols, major_is_rows: bool, name: str, batches=l):
         align = 16 * 8 // dtype.bits
@@ -133,13 +135,13 @@ def _fake_operands(spec: GemmSpec):
         stride = (1, ld, batch) if major_is_rows else (ld, 1, batch)
         return make_fake_tensor(cutlass_dtype(dtype), (rows, cols, batches), stride, assumed_align=16)
 
-    a = operand(spec.a_dtype, ma if spec.gather_a else m, k, spec.a_major == "m", "a")
+    a = operand(spec.a_dtype, *(symbols[x] for x in spec.extents("a")), spec.a_major == "m", "a")
     batches = {"g": g, "l": l}
     b = operand(spec.b_dtype, n, k, spec.b_major == "n", "b", batches[spec.batch_extent("b")])
     d = operand(spec.d_dtype, m, n, spec.d_major == "m", "d", batches[spec.batch_extent("d")])
     if not spec.has_c:
         return a, b, d
-    c = operand(spec.c_dtype, m, n, spec.c_major == "m", "c")
+    c = operand(spec.c_dtype, m, n, spec.c_major == "m", "c", batches[spec.batch_extent("c")])
     return a, b, d, c
 
 

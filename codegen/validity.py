@@ -499,8 +499,9 @@ def k_split(s: GemmSpec) -> str | None:
 def varlen(s: GemmSpec) -> str | None:
     # Grouped GEMM (varlen M): each tile belongs to one group; A's rows are read with the whole-tensor TMA
     # descriptor at the group's row offset (rows past the group's end are loaded but never stored), and D
-    # is copied from the staging buffers to global memory with a row bound per group. Built for row-major
-    # A and D (the layout of concatenated tokens), the plain epilogue, and one tile's K loop per CTA visit.
+    # is copied from the staging buffers to global memory with a row bound per group; C, when read, by
+    # its whole-tensor descriptor at the group's row offset like A. Built for row-major A, D and C (the
+    # layout of concatenated tokens) and one tile's K loop per CTA visit.
     if s.varlen == Varlen.k:
         return _varlen_k(s)
     if s.varlen != Varlen.m:
@@ -514,8 +515,11 @@ def varlen(s: GemmSpec) -> str | None:
         return "varlen m with swap_ab: a grouped instance walks each group's row tiles itself; drop swap_ab"
     if s.k_split != KSplit.none:
         return "varlen m with k_split split: grouped instances do not split K; use k_split none"
-    if s.has_c:
-        return "varlen m with a C operand: grouped instances compute D = alpha * A @ B^T; drop c_dtype"
+    if s.has_c and s.c_major != DMajor.n:
+        return (
+            f"varlen m with c_major {s.c_major}: C is read like D, by the group's rows (row-major); use "
+            "c_major n"
+        )
     return None
 
 
@@ -538,10 +542,10 @@ def _varlen_k(s: GemmSpec) -> str | None:
             "varlen k with fp8 promoted accumulation: the group's last k-tile is trimmed in the plain "
             "mainloop only; use fp8_fast_accum true"
         )
-    if s.swap_ab or s.k_split != KSplit.none or s.has_c or s.gather_a:
+    if s.swap_ab or s.k_split != KSplit.none:
         return (
-            "varlen k with swap_ab, split-K, C or gather_a: grouped-K instances compute "
-            "D[g] = alpha * A @ B^T; drop them"
+            "varlen k with swap_ab or split-K: grouped-K instances compute D[g] = alpha * A @ B^T "
+            "(+ beta * C[g]); drop them"
         )
     return None
 
@@ -549,11 +553,20 @@ def _varlen_k(s: GemmSpec) -> str | None:
 @_instance_rule
 def gather_a(s: GemmSpec) -> str | None:
     # Gathered A rows are loaded by cp.async from each CTA's own producer threads (TMA cannot gather rows
-    # on sm_90): nothing to multicast, so one CTA per cluster; and only the grouped walk passes the rows.
+    # on sm_90): nothing to multicast, so one CTA per cluster; and only the grouped walks pass the indices.
+    # Under varlen K the gathered index is a K position: each copies a column of A in 16-byte pieces of M,
+    # so M must be contiguous.
     if not s.gather_a:
         return None
-    if s.varlen != Varlen.m:
-        return "gather_a without varlen m: gathered A rows belong to grouped instances; set varlen m"
+    if s.varlen == Varlen.none:
+        return "gather_a without varlen: gathered A belongs to grouped instances; set varlen m (or k)"
+    if s.varlen == Varlen.k and s.a_major != AMajor.m:
+        return (
+            f"gather_a with varlen k and a_major {s.a_major}: gathered K positions are copied as columns "
+            "of A in 16-byte pieces of M; use a_major m"
+        )
+    if s.varlen == Varlen.k and s.has_c:
+        return "gather_a with varlen k and a C operand: not built; drop c_dtype"
     if s.cluster != (1, 1):
         return (
             f"gather_a with cluster {s.cluster[0]}x{s.cluster[1]}: gathered rows are loaded by each CTA "

@@ -336,20 +336,22 @@ def launch_general(
         if rt.check_pointers:
             _check_devices(rt, e, a, b, d, c, workspace)
         buf, params = e.buffers.pair
+        # The per-launch values between the shape's constant chunks, in the record's order
+        # (runtime/plan.py): descriptors, scales, then split-K's workspace or a grouped launch's offsets
+        # (and gather indices).
         ch = e.chunks
         if e.has_c:
-            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], c, ch[4], alpha, ch[5], beta, ch[6])
-        elif e.takes_workspace:
-            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], workspace or 0, ch[5])
-        elif e.gathered:
-            e.pack(
-                buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], cu_seqlens_m, ch[5], a_idx, ch[6]
-            )
-        elif e.grouped:
-            offsets = cu_seqlens_k if e.varlen_k else cu_seqlens_m
-            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4], offsets, ch[5])
+            head, rest = (ch[0], a, ch[1], b, ch[2], d, ch[3], c, ch[4], alpha, ch[5], beta, ch[6]), ch[7:]
         else:
-            e.pack(buf, 0, ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4])
+            head, rest = (ch[0], a, ch[1], b, ch[2], d, ch[3], alpha, ch[4]), ch[5:]
+        if e.takes_workspace:
+            e.pack(buf, 0, *head, workspace or 0, rest[0])
+        elif e.gathered:
+            e.pack(buf, 0, *head, cu_seqlens_m, rest[0], a_idx, rest[1])
+        elif e.grouped:
+            e.pack(buf, 0, *head, cu_seqlens_k if e.varlen_k else cu_seqlens_m, rest[0])
+        else:
+            e.pack(buf, 0, *head)
         err = e.launch(e.config, e.function, params, 0)[0]
         if not err:
             return

@@ -165,42 +165,65 @@ def select_grouped(
     a_dtype,
     b_dtype=None,
     d_dtype=None,
+    a_major: str = "k",
     b_major: str = "k",
+    c_dtype=None,
+    c_major=None,
     fp8_fast_accum: bool = False,
     gather_a: bool = False,
+    varlen: str = "m",
     device: int | None = None,
     gpu: str | None = None,
 ) -> Choice:
-    """The shipped grouped (varlen M) instance to run a grouped GEMM with: `m` rows in all (A is m x k,
-    D m x n, both row-major), `num_groups` matrices in B (each n x k, `b_major` "k": K contiguous), the
-    group sizes unknown on the host; `gather_a`: A's rows are gathered through an index array (an
-    instance with `_gathera`). Arguments otherwise as `select()`.
+    """The shipped grouped instance to run a grouped GEMM with, the group sizes unknown on the host.
 
-    The group sizes stay on the device, so the choice assumes groups of the average size m / num_groups:
-    the cost model (runtime/model.py) ranks the class's grouped instances on num_groups batches of that
-    many rows (no tuning table covers grouped instances yet). Cached like `select()`. `NoInstanceError`
+    varlen "m" (a mixture-of-experts layer): `m` rows in all (A is m x k, D m x n, both row-major),
+    `num_groups` matrices in B (each n x k, `b_major` "k": K contiguous); `gather_a`: A's rows are
+    gathered through an index array (an instance with `_gathera`). varlen "k" (its weight gradient): A is
+    m x k and B n x k with `k` the total of all groups' K (`a_major` "k" or "m", `b_major` "k" or "n"),
+    D is num_groups m x n matrices. c_dtype/c_major: a C operand like D (row-major, c_major "n"); under
+    varlen "k" one per group. Other arguments as `select()`.
+
+    The choice assumes groups of the average size (m / num_groups rows, or k / num_groups columns of
+    K): the cost model (runtime/model.py) ranks the class's grouped instances on num_groups batches of
+    that size (no tuning table covers grouped instances yet). Cached like `select()`. `NoInstanceError`
     when no grouped instance of the class ships."""
     rt = state.runtime()
-    key = ("grouped", m, n, k, num_groups, a_dtype, b_dtype, d_dtype, b_major, fp8_fast_accum, gather_a)
-    key += (device, gpu)
+    key = ("grouped", m, n, k, num_groups, a_dtype, b_dtype, d_dtype, a_major, b_major, c_dtype, c_major)
+    key += (fp8_fast_accum, gather_a, varlen, device, gpu)
     try:
         choice = rt.choices.get(key)
     except TypeError:
         choice = None
     if choice is None:
-        base = problem_class(a_dtype, b_dtype, d_dtype, "k", b_major, "n", None, None, fp8_fast_accum)
-        if type(gather_a) is not bool:
-            raise InvalidArgumentError(f"gather_a must be a bool, got {gather_a!r}", "pass True or False")
+        if varlen not in ("m", "k"):
+            raise InvalidArgumentError(f"varlen={varlen!r}", 'pass "m" (per-group rows) or "k" (per-group K)')
+        if type(gather_a) is not bool or (gather_a and varlen == "k"):
+            raise InvalidArgumentError(
+                f"gather_a={gather_a!r} with varlen={varlen!r}", "pass gather_a True (varlen m only) or False"
+            )
+        base = problem_class(
+            a_dtype, b_dtype, d_dtype, a_major, b_major, "n", c_dtype, c_major, fp8_fast_accum
+        )
         fields = (getattr(base, f) for f in _CLASS_FIELDS)
-        cls = ProblemClass(*fields, base.fp8_fast_accum, grouped=True, gathered=gather_a)
+        cls = ProblemClass(
+            *fields, base.fp8_fast_accum, grouped=varlen == "m", gathered=gather_a, grouped_k=varlen == "k"
+        )
         specs = instances_of(rt, cls)
         ops = problem.layouts(specs[0])
         none = (None,) * len(ops)
         problem.check_grouping(None, True, 1, num_groups)
         v = problem.resolve(None, ops, m, n, k, 1, none, none, num_groups)
-        rows = max(1, -(-v["m"] // num_groups))
-        us, spec, why = model.best(specs, rows, v["n"], v["k"], num_groups, target(rt, device, gpu).sm_count)
-        choice = Choice(spec.id, None, None, "model", f"groups of {rows} rows on average; {why}", us)
+        sm_count = target(rt, device, gpu).sm_count
+        if varlen == "m":
+            rows = max(1, -(-v["m"] // num_groups))
+            us, spec, why = model.best(specs, rows, v["n"], v["k"], num_groups, sm_count)
+            reason = f"groups of {rows} rows on average; {why}"
+        else:
+            cols = max(1, -(-v["k"] // num_groups))
+            us, spec, why = model.best(specs, v["m"], v["n"], cols, num_groups, sm_count)
+            reason = f"groups of K = {cols} on average; {why}"
+        choice = Choice(spec.id, None, None, "model", reason, us)
         rt.choices[key] = choice
     return choice
 

@@ -394,9 +394,12 @@ class GemmSpec:
 
     def extents(self, operand: str) -> tuple[str, str]:
         """The (row, column) extents of `operand` in the caller's view: OPERAND_EXTENTS, except that a
-        gathered A has its own row count "ma" (the rows a_idx indexes; D has m rows)."""
+        gathered A has its own extent "ma" where a_idx indexes it: its rows under varlen M (D has m
+        rows), its K columns under varlen K (B has k)."""
         rows, cols = OPERAND_EXTENTS[operand]
-        return ("ma", cols) if self.gather_a and operand == "a" else (rows, cols)
+        if self.gather_a and operand == "a":
+            return (rows, "ma") if self.varlen == Varlen.k else ("ma", cols)
+        return rows, cols
 
     def kernel_extents(self, operand: str) -> tuple[str, str]:
         """The (row, column) extents of `operand` as the kernel's slot sees it: `extents`, with D's and
@@ -405,10 +408,10 @@ class GemmSpec:
         return (cols, rows) if self.swap_ab and operand in ("d", "c") else (rows, cols)
 
     def batch_extent(self, operand: str) -> str:
-        """The extent that counts `operand`'s batches: "l", except the operand that holds one matrix per
-        group ("g") in a grouped instance: B under varlen M, D under varlen K."""
-        per_group = {Varlen.m: "b", Varlen.k: "d"}.get(self.varlen)
-        return "g" if operand == per_group else "l"
+        """The extent that counts `operand`'s batches: "l", except the operands that hold one matrix per
+        group ("g") in a grouped instance: B under varlen M, D and C under varlen K."""
+        per_group = {Varlen.m: ("b",), Varlen.k: ("d", "c")}.get(self.varlen, ())
+        return "g" if operand in per_group else "l"
 
     # --- operands -------------------------------------------------------------------------------------
 

@@ -163,15 +163,23 @@ class EpilogueContext:
 
 
 def make_gemm(config: KernelConfig) -> "HopperGemm":
-    """The kernel object for a configuration: its host entry's signature depends on whether C is read
-    and on split-K (which takes the split count and a workspace)."""
+    """The kernel object for a configuration: its host entry's signature depends on whether C is read,
+    on split-K (which takes the split count and a workspace) and on the grouped forms (their offsets and
+    gather indices)."""
+    with_c = config.c_dtype is not None
     if config.k_split:
         return HopperGemmSplitK(config)
+    if config.varlen_m and config.gather_a:
+        return (HopperGemmGatherAWithC if with_c else HopperGemmGatherA)(config)
     if config.varlen_m:
-        return HopperGemmGatherA(config) if config.gather_a else HopperGemmVarlenM(config)
+        return (HopperGemmVarlenMWithC if with_c else HopperGemmVarlenM)(config)
+    if config.varlen_k and config.gather_a:
+        if with_c:
+            raise ValueError("gathered A over K with C: not built (codegen/validity.py gather_a)")
+        return HopperGemmGatherK(config)
     if config.varlen_k:
-        return HopperGemmVarlenK(config)
-    return (HopperGemmWithC if config.c_dtype is not None else HopperGemm)(config)
+        return (HopperGemmVarlenKWithC if with_c else HopperGemmVarlenK)(config)
+    return (HopperGemmWithC if with_c else HopperGemm)(config)
 
 
 class HopperGemm(GroupedWalks):
@@ -561,7 +569,35 @@ class HopperGemm(GroupedWalks):
         if is_producer:
             cute.arch.setmaxregister_decrease(self.cfg.producer_registers)
 
-        if cutlass.const_expr(self.gather_a):
+        if cutlass.const_expr(self.gather_a and self.varlen_k):
+            if is_producer:
+                cute.arch.griddepcontrol_wait()
+                producer_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.ab_stages
+                )
+                producer_state = self._produce_gathered_k(
+                    ab_pipeline,
+                    producer_state,
+                    mA_mkl,
+                    sA,
+                    tma_atom_b,
+                    mB_nkl,
+                    sB,
+                    seqlens,
+                    cute.make_tensor(a_idx, cute.make_layout(cute.size(mB_nkl, mode=[1]))),
+                    work_units,
+                    clusters_m,
+                    clusters_n,
+                    cluster_id,
+                    num_clusters,
+                    raster_along_m,
+                    group_size,
+                    tidx,
+                    warp_idx,
+                )
+                if warp_idx == self.producer_warp:
+                    ab_pipeline.producer_tail(producer_state)
+        elif cutlass.const_expr(self.gather_a):
             if is_producer:
                 cute.arch.griddepcontrol_wait()
                 producer_state = pipeline.make_pipeline_state(
@@ -686,6 +722,7 @@ class HopperGemm(GroupedWalks):
                 sD,
                 sC,
                 mD_mnl,
+                mC_mnl,
                 gD_mnl,
                 gC_mnl,
                 k_tile_cnt,
@@ -694,7 +731,7 @@ class HopperGemm(GroupedWalks):
                 workspace,
                 split_arrivals,
                 seqlens,
-                cute.size(mA_mkl, mode=[1]),
+                cute.size(mB_nkl, mode=[1]),  # the groups' total K (a gathered A has its own K extent)
                 clusters_m,
                 clusters_n,
                 cluster_id,
@@ -763,6 +800,7 @@ class HopperGemm(GroupedWalks):
         sD: cute.Tensor,
         sC,
         mD_mnl: cute.Tensor,
+        mC_mnl,
         gD_mnl: cute.Tensor,
         gC_mnl,
         k_tile_cnt: Int32,
@@ -918,7 +956,7 @@ class HopperGemm(GroupedWalks):
             self._wait_turn(EPI_TURN_BARRIER, wg)
             if cutlass.const_expr(self.varlen_m):
                 epi_buffer, c_count = self._epilogue(
-                    epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl, row_first, row_end
+                    epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl, mC_mnl, row_first, row_end
                 )
             elif cutlass.const_expr(self.k_split):
                 # Only the tile's last unit to finish holds the whole sum; the others are done.
@@ -1109,6 +1147,7 @@ class HopperGemm(GroupedWalks):
         epi_buffer: Int32,
         c_count: Int32,
         mD_mnl=None,
+        mC_mnl=None,
         row_first=None,
         row_end=None,
     ):
@@ -1121,7 +1160,10 @@ class HopperGemm(GroupedWalks):
 
         Grouped (varlen M): the tile is tile_m of the group of rows [row_first, row_end) of D (`mD_mnl`,
         the tensor itself), and every epilogue thread copies its 16-byte vectors of each staged sub-tile
-        to global memory, skipping rows at or past the group's end (a TMA store would write them).
+        to global memory, skipping rows at or past the group's end (a TMA store would write them). C
+        (`mC_mnl`, its TMA tensor) is loaded through its whole-tensor descriptor at the group's first row:
+        rows past the group's end are read (the next group's, or zero-filled past C) but only feed rows
+        that are never stored, as in the grouped A load.
         """
         has_c = cutlass.const_expr(epi.gC_mnl is not None)
         # Plain names for what the run-time branch `if is_epi_warp:` below uses: the DSL's tracer decides
@@ -1155,7 +1197,15 @@ class HopperGemm(GroupedWalks):
         col_offset = epi.own_part * own_cols  # of this epilogue's first sub-tile column
         bGS_sC, bGS_gC = None, None
         if cutlass.const_expr(has_c):
-            gC_tile = cute.zipped_divide(epi.gC_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+            if cutlass.const_expr(self.varlen_m):
+                gC_group = cute.local_tile(
+                    cute.domain_offset((row_first, 0, 0), mC_mnl),
+                    cute.slice_(self.tile_mnk, (None, None, 0)),
+                    (None, None, None),
+                )
+                gC_tile = cute.zipped_divide(gC_group[(None, None, tile_m, tile_n, 0)], self.epi_tile)
+            else:
+                gC_tile = cute.zipped_divide(epi.gC_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
             bGS_sC, bGS_gC = cpasync.tma_partition(
                 epi.tma_atom_c,
                 0,
@@ -1662,6 +1712,146 @@ class HopperGemmVarlenK(HopperGemm):
             None,
             alpha,
             None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_k,
+        )
+
+
+class HopperGemmVarlenMWithC(HopperGemm):
+    """`HopperGemmVarlenM` with the C epilogue: mC (total M, N, 1) like mD; group g computes
+    D[s_g:s_g+1] = alpha * A[s_g:s_g+1] @ B[:, :, g]^T + beta * C[s_g:s_g+1]."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        mC: cute.Tensor,
+        alpha: Float32,
+        beta: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_m: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            mC,
+            alpha,
+            beta,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_m,
+        )
+
+
+class HopperGemmGatherAWithC(HopperGemm):
+    """`HopperGemmGatherA` with the C epilogue: mC (total M, N, 1) like mD, read by output row (C is
+    not gathered)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        mC: cute.Tensor,
+        alpha: Float32,
+        beta: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_m: cute.Pointer,
+        a_idx: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            mC,
+            alpha,
+            beta,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_m,
+            a_idx=a_idx,
+        )
+
+
+class HopperGemmGatherK(HopperGemm):
+    """`HopperGemmVarlenK` with gathered A: mA (M, columns of A, 1) is the A given (M contiguous) and
+    column p of the groups' concatenated A is its column a_idx[p]; `a_idx` points to int32[total K]
+    (total K = B's K extent) on the device. Indices outside [0, columns of A) are clamped into it."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        alpha: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_k: cute.Pointer,
+        a_idx: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            cu_seqlens_m=cu_seqlens_k,
+            a_idx=a_idx,
+        )
+
+
+class HopperGemmVarlenKWithC(HopperGemm):
+    """`HopperGemmVarlenK` with the C epilogue: mC (M, N, G) like mD, one matrix per group; group g
+    computes D[:, :, g] = alpha * A[:, s_g:s_g+1] @ B[:, s_g:s_g+1]^T + beta * C[:, :, g] (a weight
+    gradient accumulated into an existing one: C = D, beta = 1)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        mC: cute.Tensor,
+        alpha: Float32,
+        beta: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        max_active_clusters: Int32,
+        cu_seqlens_k: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            mC,
+            alpha,
+            beta,
             raster_along_m,
             group_size,
             max_active_clusters,

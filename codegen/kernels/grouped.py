@@ -368,6 +368,115 @@ class GroupedWalks:
         return producer_state
 
     @cute.jit
+    def _produce_gathered_k(
+        self,
+        ab_pipeline,
+        producer_state,
+        mA_mkl: cute.Tensor,
+        sA: cute.Tensor,
+        tma_atom_b,
+        mB_nkl: cute.Tensor,
+        sB: cute.Tensor,
+        seqlens,
+        a_idx,
+        work_units: Int32,
+        clusters_m: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        tidx: Int32,
+        warp_idx: Int32,
+    ):
+        """Producer of a grouped-K instance with gathered A (every thread of the producer warpgroup; A is
+        M-major, 1x1 clusters): the tiles are walked like `_produce_grouped_k`'s, and column j of a k-tile
+        (K position p of the groups' concatenated K) is column a_idx[p] of the A given, whose M elements
+        are contiguous: each thread copies its 16-byte piece of M of its columns with cp.async and counts
+        one arrival when they land; B is TMA-loaded by the first warp (arming the stage with B's bytes).
+        K positions outside the group (the first and last k-tile's) still load a column, which the
+        consumers zero (`_trim_stage`); positions past K read a_idx[K - 1]; indices are clamped into the
+        A given; an M piece past A's rows reads the last piece (M is a multiple of 16 bytes: pieces are
+        whole), feeding only accumulator rows that are never stored. The next k-tile's indices are loaded
+        before this k-tile's copies are issued, so their latency hides behind them."""
+        ptid = tidx % THREADS_PER_WARPGROUP
+        vector = 128 // self.a_dtype.width
+        per_col = self.tile_mnk[0] // vector  # threads along one column's M
+        copy_g2s = cute.make_tiled_copy_tv(
+            cute.make_copy_atom(
+                cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                self.a_dtype,
+                num_bits_per_copy=128,
+            ),
+            cute.make_ordered_layout((per_col, THREADS_PER_WARPGROUP // per_col), order=(0, 1)),
+            cute.make_layout((vector, 1)),
+        )
+        thr_g2s = copy_g2s.get_slice(ptid)
+        tAsA = thr_g2s.partition_D(sA)  # (vector, 1, columns of this thread, stage)
+        tAcA = thr_g2s.partition_S(cute.make_identity_tensor((self.tile_mnk[0], self.tile_mnk[2])))
+        cols_per_thread = cute.size(tAcA, mode=[2])
+        piece0 = tAcA[(0, 0, 0)][0] // vector  # this thread's 16-byte piece of a tile column
+        total_k = cute.size(mB_nkl, mode=[1])  # the groups' K positions (a_idx's length)
+        source_cols = cute.size(mA_mkl, mode=[1])
+        last_piece = cute.size(mA_mkl, mode=[0]) // vector - 1
+        src = cute.make_rmem_tensor(cols_per_thread, Int32)
+        src_next = cute.make_rmem_tensor(cols_per_thread, Int32)
+        linear = cluster_id
+        while linear < work_units:
+            tile_m, tile_n, group = cluster_tile_coord(
+                linear, clusters_m, clusters_n, raster_along_m, group_size
+            )
+            k_first, k_tiles, _, _ = self._k_range(seqlens, group, total_k)
+            gB = cute.local_tile(
+                cute.domain_offset((0, k_first, 0), mB_nkl),
+                cute.slice_(self.tile_mnk, (0, None, None)),
+                (None, None, None),
+            )
+            tBsB, tBgB = cpasync.tma_partition(
+                tma_atom_b,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sB, 0, 2),
+                cute.group_modes(gB, 0, 2),
+            )
+            tBgB_k = tBgB[(None, tile_n, None, 0)]
+            piece = cutlass.min(tile_m * per_col + piece0, last_piece)
+            self._gathered_cols(src, a_idx, k_first, tAcA, total_k, source_cols)
+            for k_tile in range(k_tiles):
+                # Indices of the next k-tile (past the group: harmless loads of valid entries).
+                self._gathered_cols(
+                    src_next, a_idx, k_first + (k_tile + 1) * self.tile_mnk[2], tAcA, total_k, source_cols
+                )
+                if warp_idx == self.producer_warp:
+                    ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB_k[(None, k_tile)],
+                        tBsB[(None, producer_state.index)],
+                        tma_bar_ptr=ab_pipeline.producer_get_barrier(producer_state),
+                        mcast_mask=0,
+                    )
+                else:
+                    ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
+                for j in cutlass.range_constexpr(cols_per_thread):
+                    col_pieces = cute.zipped_divide(mA_mkl[(None, src[j], 0)], (vector,))
+                    cute.copy(copy_g2s, col_pieces[(None, piece)], tAsA[(None, 0, j, producer_state.index)])
+                cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
+                producer_state.advance()
+                src.store(src_next.load())
+            linear += num_clusters
+        return producer_state
+
+    @cute.jit
+    def _gathered_cols(self, cols, a_idx, k0, tAcA, total_k, source_cols):
+        """Gathered A over K: fill `cols` with the source column (a_idx, clamped into [0, source_cols)) of
+        each of this producer thread's columns of the k-tile that starts at K position `k0`; positions
+        past K read a_idx[K - 1]."""
+        for j in cutlass.range_constexpr(cute.size(cols)):
+            p = cutlass.min(k0 + tAcA[(0, 0, j)][1], total_k - 1)
+            cols[j] = cutlass.min(cutlass.max(a_idx[p], 0), source_cols - 1)
+
+    @cute.jit
     def _gathered_rows(
         self,
         a_idx,

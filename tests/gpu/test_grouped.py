@@ -74,6 +74,14 @@ class Grouped:
         self.d_buf = torch.full((self.m * self.ldd + 64,), SENTINEL, dtype=self.d_dtype, device=g.DEVICE)
         self.d = self.d_buf[: self.m * self.ldd].view(self.m, self.ldd)[:, :n]
         self.alpha = g.random_scale(gen)
+        # Instances that read C: C (m, n) like D, its own padded rows, added as beta * C by output row.
+        self.c, self.ldc, self.beta = None, None, 0.0
+        if inst.has_c:
+            c_dtype = g.TORCH_DTYPE[inst.c_dtype]
+            self.ldc = n + 2 * 16 // g.ELEM_BYTES[str(inst.c_dtype)]
+            c_buf = g.random_values((self.m * self.ldc,), c_dtype, gen).to(c_dtype)
+            self.c = c_buf.view(self.m, self.ldc)[:, :n]
+            self.beta = g.random_scale(gen)
         self.cu = torch.tensor(self.seqlens, dtype=torch.int32, device=g.DEVICE)
         self.poison()
 
@@ -108,6 +116,7 @@ class Grouped:
             cu_seqlens_m=self.cu.data_ptr(),
             num_groups=self.groups,
             **({"a_idx": self.idx.data_ptr(), "a_rows": self.a_rows} if self.idx is not None else {}),
+            **({"c": self.c.data_ptr(), "ldc": self.ldc, "beta": self.beta} if self.c is not None else {}),
             **kw,
         )
 
@@ -138,7 +147,11 @@ class Grouped:
             b = self.b[gi].unsqueeze(0)
             ref = (a.double() @ b.double().mT)[0] * self.alpha
             acc, via = g.torch_accumulator(a, b, fast)
-            theirs = (acc[0] * self.alpha).to(self.d_dtype).double()
+            acc = acc[0] * self.alpha
+            if self.c is not None:
+                ref = ref + self.beta * self.c[first:end].double()
+                acc = acc + self.beta * self.c[first:end].float()
+            theirs = acc.to(self.d_dtype).double()
             ours = self.d[first:end].double()
             where = f"{self.inst.id} {what} group {gi} rows [{first}, {end})"
             assert not torch.isnan(ours).any(), f"{where}: unwritten (NaN) rows of D"
@@ -273,7 +286,7 @@ def test_grouped_gemm_refuses_bad_arguments():
     bad = [
         ((x, w, cu), "make K agree"),  # w not transposed: (G, N, K) taken as (G, K, N)
         ((x, square_w, cu), "K is not contiguous in each group"),  # the same mistake, square weights
-        ((x, w.transpose(1, 2), cu[:-1]), r"pass the 5 row offsets"),
+        ((x, w.transpose(1, 2), cu[:-1]), r"pass 5 int32 values"),
         ((x, w.transpose(1, 2), cu.long()), r"torch.int64 tensor"),
         ((column_major_x, w.transpose(1, 2), cu), "K is not contiguous"),
         ((x[None], w.transpose(1, 2), cu), "takes a 2-D a"),
@@ -388,7 +401,22 @@ class GroupedK:
         self.d = torch.as_strided(self.d_buf, (self.groups, m, n), (self.bsd, self.ldd, 1))
         self.d[:] = float("nan")
         self.alpha = g.random_scale(gen)
+        # Instances that read C: one C (m, n) per group like D (padded rows and group stride).
+        self.c, self.ldc, self.bsc, self.beta = None, None, None, 0.0
+        if inst.has_c:
+            c_dtype = g.TORCH_DTYPE[inst.c_dtype]
+            self.ldc = n + 16 // g.ELEM_BYTES[str(inst.c_dtype)]
+            self.bsc = m * self.ldc + 32
+            c_buf = g.random_values((self.groups * self.bsc,), c_dtype, gen).to(c_dtype)
+            self.c = torch.as_strided(c_buf, (self.groups, m, n), (self.bsc, self.ldc, 1))
+            self.beta = g.random_scale(gen)
         self.cu = torch.tensor(self.seqlens, dtype=torch.int32, device=g.DEVICE)
+
+    def with_c(self) -> dict:
+        """launch()'s C arguments (none for an instance without C)."""
+        if self.c is None:
+            return {}
+        return {"c": self.c.data_ptr(), "ldc": self.ldc, "batch_stride_c": self.bsc, "beta": self.beta}
 
     def launch(self, stream=None):
         hgemm_sm90.launch(
@@ -405,11 +433,37 @@ class GroupedK:
             alpha=self.alpha,
             cu_seqlens_k=self.cu.data_ptr(),
             num_groups=self.groups,
+            **self.with_c(),
         )
 
+    def without_c(self):
+        """D of the shipped grouped instance that is this one without C, on the same A, B and offsets:
+        (G, m, n). Grouped-K instances with C are checked against it plus beta * C (the accumulation is
+        the same kernel's; its accuracy is checked through that instance's own tests)."""
+        base_id = self.inst.id.replace(f"_c{self.inst.c_dtype}{self.inst.c_major}", "")
+        d = torch.full((self.groups, self.m, self.n), float("nan"), dtype=self.d_dtype, device=g.DEVICE)
+        hgemm_sm90.launch(
+            base_id,
+            (self.a.data_ptr(), self.b.data_ptr(), d.data_ptr()),
+            torch.cuda.current_stream(),
+            m=self.m,
+            n=self.n,
+            k=self.k,
+            lda=self.lda,
+            ldb=self.ldb,
+            alpha=self.alpha,
+            cu_seqlens_k=self.cu.data_ptr(),
+            num_groups=self.groups,
+        )
+        torch.cuda.synchronize()
+        return d
+
     def plain_sibling(self):
-        """The shipped instance that is this one without groups (same dtypes, layout, tile), or None."""
+        """The shipped instance that is this one without groups (same dtypes, layout, tile), or None (also
+        for an instance with C: those are checked against the fp64 reference)."""
         plain = self.inst.id.replace("_varlenk", "")
+        if self.c is not None:
+            return None
         return plain if any(i.id == plain for i in hgemm_sm90.instances()) else None
 
     def plain_result(self, plain: str, first: int, end: int):
@@ -451,14 +505,23 @@ class GroupedK:
     def check(self, what: str = ""):
         torch.cuda.synchronize()
         fast = bool(self.inst.fp8_fast_accum)
+        base = None if self.c is None else self.without_c().double()
         for gi in range(self.groups):
             first = min(max(self.seqlens[gi], 0), self.k)
             end = min(max(self.seqlens[gi + 1], first), self.k)
             ours = self.d[gi].double()
             where = f"{self.inst.id} {what} group {gi} K [{first}, {end})"
             assert not torch.isnan(ours).any(), f"{where}: unwritten (NaN) elements of D"
-            if end == first:
-                assert bool((ours == 0).all()), f"{where}: an empty group's D is not zero"
+            if end == first:  # alpha * 0 + beta * C, in fp32, then D's dtype
+                empty = 0 if self.c is None else (self.beta * self.c[gi].float()).to(self.d_dtype).double()
+                assert bool((ours == empty).all()), f"{where}: an empty group's D is not beta * C (or 0)"
+                continue
+            if base is not None:
+                # alpha * acc + beta * C rounded once (or twice: alpha * acc, then the sum) to D's dtype.
+                beta_c = self.beta * self.c[gi].double()
+                tol = 2 * torch.finfo(self.d_dtype).eps * (base[gi].abs() + beta_c.abs()) + 1e-30
+                worst = ((ours - (base[gi] + beta_c)).abs() - tol).max().item()
+                assert worst <= 0, f"{where}: differs from the instance without C plus beta * C"
                 continue
             sibling = self.plain_sibling()
             if sibling is not None:
@@ -474,7 +537,11 @@ class GroupedK:
             b = self.b[:, first:end].unsqueeze(0)
             ref = (a.double() @ b.double().mT)[0] * self.alpha
             acc, via = g.torch_accumulator(a, b, fast)
-            theirs = (acc[0] * self.alpha).to(self.d_dtype).double()
+            acc = acc[0] * self.alpha
+            if self.c is not None:
+                ref = ref + self.beta * self.c[gi].double()
+                acc = acc + self.beta * self.c[gi].float()
+            theirs = acc.to(self.d_dtype).double()
             scale = ref.abs().max().item() or 1.0
             err_ours = (ours - ref).abs().max().item()
             err_torch = (theirs - ref).abs().max().item()
@@ -529,3 +596,83 @@ def test_grouped_k_graph_replay_follows_new_offsets(inst, gen):
         p.d[:] = float("nan")
         graph.replay()
         p.check(f"graph replay {ks}")
+
+
+# --- grouped_gemm() with C, and its per-group K form ------------------------------------------------------
+
+
+def test_grouped_gemm_adds_c_per_row(gen):
+    """grouped_gemm(..., c=, beta=) over groups of rows: out[s_g:s_g+1] = alpha * x @ w[g]^T + beta * c,
+    dispatched to an instance that reads C; rows past s_G stay untouched."""
+    sizes = [0, 37, 1, 300, 0, 129, 64]
+    cu = torch.tensor(offsets(sizes), dtype=torch.int32, device=g.DEVICE)
+    m, n, k = sum(sizes) + 5, 1040, 768
+    x = g.random_values((m, k), torch.bfloat16, gen).to(torch.bfloat16)
+    w = g.random_values((len(sizes), n, k), torch.bfloat16, gen).to(torch.bfloat16)
+    c = g.random_values((m, n), torch.bfloat16, gen).to(torch.bfloat16)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=g.DEVICE)
+    assert hgemm_sm90.grouped_gemm(x, w.transpose(1, 2), cu, out, c=c, alpha=0.5, beta=-1.5) is out
+    torch.cuda.synchronize()
+    for gi, (first, end) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+        if end == first:
+            continue
+        ref = 0.5 * (x[first:end].double() @ w[gi].double().T) - 1.5 * c[first:end].double()
+        rel = ((out[first:end].double() - ref).norm() / ref.norm()).item()
+        assert rel < g.REL_BOUND["bf16"], f"group {gi}: relative error {rel:.3g}"
+    assert bool(torch.isnan(out[sum(sizes) :]).all()), "rows past the last group were written"
+
+
+# The 16-bit layout classes (fp8 grouped K is covered per instance by test_grouped_k).
+GROUPED_K_CLASSES = sorted(
+    {(str(i.a_dtype), str(i.d_dtype), i.a_major, i.b_major, i.has_c) for i in GROUPED_K if not g.is_fp8(i)}
+)
+
+
+@pytest.mark.parametrize(("dtype", "d_dtype", "a_major", "b_major", "with_c"), GROUPED_K_CLASSES)
+def test_grouped_gemm_over_k(dtype, d_dtype, a_major, b_major, with_c, gen):
+    """grouped_gemm(a, b, cu_seqlens_k=..., out=(G, M, N)): the weight gradient dW[g] = dY_g^T X_g with the
+    operands as a training step has them (a = dy.t() is M-contiguous, b = x is N-contiguous; or both
+    K-contiguous), each layout class dispatched; with C, c=out and beta=1 accumulates into out."""
+    tdt, odt = g.TORCH_DTYPE[dtype], g.TORCH_DTYPE[d_dtype]
+    ks = [0, 33, 1, 300, 0, 129, 65]  # 528 in all: K-contiguous operands need whole 16-byte rows
+    cu = torch.tensor(offsets(ks), dtype=torch.int32, device=g.DEVICE)
+    tokens, m, n = sum(ks), 264, 520
+    dy = g.random_values((tokens, m), tdt, gen).to(tdt)  # (K, M)
+    x = g.random_values((tokens, n), tdt, gen).to(tdt)  # (K, N)
+    a = dy.t() if a_major == "m" else dy.t().contiguous()
+    b = x if b_major == "n" else x.t().contiguous().t()
+    start = g.random_values((len(ks), m, n), odt, gen).to(odt)
+    out = start.clone() if with_c else torch.full((len(ks), m, n), float("nan"), dtype=odt, device=g.DEVICE)
+    kw = dict(c=out, beta=1.0) if with_c else {}
+    assert hgemm_sm90.grouped_gemm(a, b, out=out, cu_seqlens_k=cu, alpha=0.5, **kw) is out
+    torch.cuda.synchronize()
+    for gi, (first, end) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+        ref = 0.5 * (dy[first:end].double().T @ x[first:end].double())
+        if with_c:
+            ref = ref + start[gi].double()
+        got = out[gi].double()
+        if end == first and not with_c:
+            assert bool((got == 0).all()), f"group {gi}: an empty group's out is not zero"
+            continue
+        rel = ((got - ref).norm() / ref.norm()).item()
+        assert rel < g.REL_BOUND[d_dtype], f"group {gi}: relative error {rel:.3g}"
+
+
+def test_grouped_gemm_over_k_refuses_bad_arguments():
+    a = torch.zeros(128, 64, device=g.DEVICE, dtype=torch.bfloat16)
+    b = torch.zeros(64, 256, device=g.DEVICE, dtype=torch.bfloat16)
+    out = torch.zeros(4, 128, 256, device=g.DEVICE, dtype=torch.float32)
+    cu = torch.tensor([0, 16, 32, 48, 64], dtype=torch.int32, device=g.DEVICE)
+    bad = [
+        ((a, b), dict(cu_seqlens_k=cu), "out=None with cu_seqlens_k"),
+        ((a, b), dict(out=out, cu_seqlens_k=cu[:-1]), r"pass 5 int32 values"),
+        ((a, b, cu), dict(out=out, cu_seqlens_k=cu), "both cu_seqlens_m and cu_seqlens_k"),
+        ((a, b.t()), dict(out=out, cu_seqlens_k=cu), "make K agree"),
+        ((a, b), dict(out=out[:, :, :128], cu_seqlens_k=cu), r"pass a row-major \(4, 128, 256\) out"),
+        ((a, b), dict(out=out, cu_seqlens_k=cu, beta=1.0), "without c"),
+        ((a, b), dict(out=out, cu_seqlens_k=cu, a_idx=cu), "no shipped instance gathers K"),
+    ]
+    for args, kw, message in bad:
+        with pytest.raises(hgemm_sm90.InvalidArgumentError, match=message):
+            hgemm_sm90.grouped_gemm(*args, **kw)
+    assert bool((out == 0).all())

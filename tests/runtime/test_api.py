@@ -807,8 +807,8 @@ def test_instances_without_split_k_refuse_its_arguments(ci, fake):
     assert runtime.workspace_bytes(iid, 256, 256, 64) == 0
 
 
-def _grouped(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_m]
+def _grouped(man, with_c: bool = False) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_m and r.spec.has_c == with_c]
     assert ids, "the ci profile must hold a grouped instance (kernel_specs.yaml)"
     return ids[0]
 
@@ -931,8 +931,8 @@ def test_gather_arguments_on_a_plain_grouped_instance_are_refused(ci, fake, kw, 
     assert not fake.launches
 
 
-def _grouped_k(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_k]
+def _grouped_k(man, with_c: bool = False) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_k and r.spec.has_c == with_c]
     assert ids, "the ci profile must hold a grouped-K instance (kernel_specs.yaml)"
     return ids[0]
 
@@ -968,6 +968,31 @@ def test_bad_grouped_k_input_raises_before_launching(ci, fake, kw, message):
     with pytest.raises(runtime.InvalidArgumentError, match=message):
         runtime.launch(iid, (A, B, D), 0, **args)
     assert not fake.launches
+
+
+def test_grouped_launches_with_c_send_c_beta_and_the_offsets(ci, fake):
+    """Grouped instances that read C (varlen M: C like D, all groups' rows; varlen K: one C per group, its
+    batch stride is per group): C's descriptor and beta reach the kernel next to the offsets, also on a
+    cache hit, and c=d (a gradient accumulated in place) passes the overlap rule."""
+    m, n, k, groups = 1000, 1024, 4096, 8
+    forms = ((_grouped(ci, with_c=True), "cu_seqlens_m"), (_grouped_k(ci, with_c=True), "cu_seqlens_k"))
+    for iid, name in forms:
+        rec = ci.record(iid)
+        fake.param_sizes = tuple(p.size for p in rec.params)
+        for c, beta, cu in ((C, 0.5, S), (D, 1.0, S + 64)):
+            runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, c=c, beta=beta, num_groups=groups, **{name: cu})
+            values = _values(rec, (A, B, D), m, n, k, c=c, beta=beta, groups=groups, cu_seqlens_m=cu)
+            want, grid = _expect(ci, iid, values)
+            _assert_sent(fake.launches[-1], rec, want)
+            assert fake.launches[-1].grid == grid
+        if rec.spec.varlen_k:  # C's descriptor spans one m x n matrix per group
+            assert values["batch_stride_c"] == m * n and values["g"] == groups
+        before = len(fake.launches)
+        with pytest.raises(runtime.InvalidArgumentError, match="reads a C operand .* but c is None"):
+            runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, num_groups=groups, **{name: S})
+        with pytest.raises(runtime.InvalidArgumentError, match="overlap|shares"):  # C inside D, not D itself
+            runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, c=D + 64, num_groups=groups, **{name: S})
+        assert len(fake.launches) == before
 
 
 class _Index:

@@ -171,18 +171,17 @@ def test_select_never_returns_an_instance_that_cannot_run(catalog_rt, default_sp
         for gpu in ("H200", "H100 PCIe"):
             for _ in range(4):
                 m, n, k = (16 * max(1, round(2 ** rng.uniform(0, 10))) for _ in range(3))
-                if cls.grouped_k:  # no dispatch for grouped K yet: launch() only; select never picks it
-                    plain = select(m, n, k, gpu=gpu, **_problem_kwargs(cls))
-                    assert not GemmSpec.parse(plain.instance_id).varlen_k
-                    continue
-                if cls.grouped:  # grouped classes are chosen by select_grouped (the cost model)
-                    kw = dict(a_dtype=cls.a_dtype, b_dtype=cls.b_dtype, d_dtype=cls.d_dtype, gpu=gpu)
+                if cls.grouped or cls.grouped_k:  # chosen by select_grouped (the cost model)
+                    kw = _problem_kwargs(cls)
+                    del kw["d_major"], kw["fp16_accum"]
                     groups = rng.choice((1, 8, 256))
-                    fast = cls.fp8_fast_accum
-                    choice = select_grouped(m, n, k, groups, fp8_fast_accum=fast, gather_a=cls.gathered, **kw)
+                    varlen = "m" if cls.grouped else "k"
+                    gather = cls.gathered
+                    choice = select_grouped(m, n, k, groups, gather_a=gather, varlen=varlen, gpu=gpu, **kw)
                     # The same dtypes and layouts as a plain problem: never a grouped instance.
-                    plain = select(m, n, k, gpu=gpu, **_problem_kwargs(cls))
-                    assert not GemmSpec.parse(plain.instance_id).varlen_m
+                    if cls.c_dtype is None:
+                        plain = select(m, n, k, gpu=gpu, **_problem_kwargs(cls))
+                        assert GemmSpec.parse(plain.instance_id).varlen == "none"
                 else:
                     choice = select(m, n, k, batch=rng.choice((1, 3)), gpu=gpu, **_problem_kwargs(cls))
                 spec = GemmSpec.parse(choice.instance_id)
