@@ -419,6 +419,48 @@ def bench_wgrad(torch, hg, p: Problem, iters: int, reps: int, stream) -> dict:
     }
 
 
+def bench_wgrad_gather(torch, hg, p: Problem, iters: int, reps: int, stream) -> dict:
+    """The weight gradient with the token permutation fused (bf16): dW[g]^T = X[idx_g]^T @ dY_g as
+    ``grouped_gemm(x.t(), dy, out=, cu_seqlens_k=, a_idx=)`` (a gathering grouped-K instance reads the
+    tokens x in place) against ``index_select`` into a buffer followed by the same call without a_idx,
+    both dispatched by `select_grouped`, in CUDA graphs."""
+    sizes, token_of_row = route(torch, p.tokens, p.experts, p.topk)
+    rows = sum(sizes)
+    idx = token_of_row.to(torch.int32).cuda()
+    x = (torch.randn(p.tokens, p.k, device="cuda") * 0.5).to(torch.bfloat16)  # the tokens, once each
+    dy = (torch.randn(rows, p.n, device="cuda") * 0.5).to(torch.bfloat16)  # expert-sorted rows
+    xg = torch.empty(rows, p.k, device="cuda", dtype=torch.bfloat16)
+    dwt = torch.empty(p.experts, p.k, p.n, device="cuda", dtype=torch.bfloat16)
+    ends = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu = torch.cat([torch.zeros(1, device="cuda", dtype=torch.int32), ends])
+    kw = dict(a_dtype="bf16", d_dtype="bf16", a_major="m", b_major="n", varlen="k")
+    gathered = hg.select_grouped(p.k, p.n, rows, p.experts, gather_a=True, **kw).instance_id
+    plain = hg.select_grouped(p.k, p.n, rows, p.experts, **kw).instance_id
+
+    def fused():
+        hg.grouped_gemm(x.t(), dy, out=dwt, cu_seqlens_k=cu, a_idx=idx)
+
+    def separate():
+        torch.index_select(x, 0, idx, out=xg)
+        hg.grouped_gemm(xg.t(), dy, out=dwt, cu_seqlens_k=cu)
+
+    graphs = {
+        "gathered": graph_of(torch, fused, iters, stream),
+        "gather + grouped": graph_of(torch, separate, iters, stream),
+    }
+    us = time_graphs(torch, graphs, iters, reps, stream)
+    return {
+        "problem": p.name + " wgrad",
+        "dtype": "bf16",
+        "fast_accum": False,
+        "rows": rows,
+        "us": us,
+        "gathered": gathered,
+        "plain": plain,
+        "ratio": us["gather + grouped"] / us["gathered"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m build_tools.bench_moe", description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
@@ -429,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--markdown", help="write the tables for docs/PERF.md here")
     ap.add_argument(
-        "--gather", action="store_true", help="time gathered A against a separate gather + grouped GEMM"
+        "--gather",
+        action="store_true",
+        help="time gathered A against a separate gather + grouped GEMM (with --wgrad: gathered K positions)",
     )
     ap.add_argument(
         "--wgrad", action="store_true", help="time the weight gradient (grouped K, bf16) against torch"
@@ -449,6 +493,16 @@ def main(argv: list[str] | None = None) -> int:
         for proj, n, k in projs:
             for tokens in map(int, args.tokens.split(",")):
                 p = Problem(model, proj, tokens, experts, topk, n, k)
+                if args.wgrad and args.gather:
+                    r = bench_wgrad_gather(torch, hg, p, args.graph_iters, args.reps, stream)
+                    results.append(r)
+                    print(
+                        f"{r['problem']:<32} rows {r['rows']:>6} gathered {r['us']['gathered']:9.1f} us, "
+                        f"gather + grouped {r['us']['gather + grouped']:9.1f} us: {r['ratio']:.3f}x  "
+                        f"{r['gathered'][-36:]} / {r['plain'][-28:]}",
+                        flush=True,
+                    )
+                    continue
                 if args.wgrad:
                     r = bench_wgrad(torch, hg, p, args.graph_iters, args.reps, stream)
                     results.append(r)

@@ -25,7 +25,6 @@ cuLaunchKernelEx on the GPU (docs/PERF.md).
 
 from __future__ import annotations
 
-import difflib
 import inspect
 
 from . import problem, state
@@ -109,7 +108,11 @@ def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options)
     tile's K. Grouped-K instances (`varlen` "k", id suffix `_varlenk`; the weight gradient) take
     `cu_seqlens_k` instead: int32[num_groups + 1] offsets into the K of A (m x k) and B (n x k), and D
     holds num_groups m x n results (`batch_stride_d` apart): D[g] = alpha * A[:, s_g:s_g+1] @
-    B[:, s_g:s_g+1]^T, zeros for an empty group.
+    B[:, s_g:s_g+1]^T, zeros for an empty group. Grouped-K instances that gather A take `a_idx`, the
+    device address of int32[k] column indices: column p of the groups' A is column a_idx[p] of the
+    (M-contiguous) A at `ptrs[0]`, which has `a_cols` columns (default k; indices clamped into it).
+    Instances with C take it per group too (varlen M: C is m x n like D; varlen K: num_groups m x n
+    matrices, `batch_stride_c` apart).
 
     Returns once the launch is enqueued; raises an `HgemmError` subclass, before launching anything, for
     an unknown id, bad arguments, a non-sm_90 device or a too-old driver.
@@ -153,6 +156,8 @@ def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options)
     except TypeError:
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
+            import difflib  # only on this error path, as in runtime/errors.py: keeps import hgemm_sm90 small
+
             near = [name for u in unknown for name in difflib.get_close_matches(u, _OPTIONS, 1)]
             raise InvalidArgumentError(
                 f"launch() got unknown keyword argument(s) {', '.join(unknown)}",
@@ -193,6 +198,7 @@ def launch_general(
     a_idx: int | None = None,
     a_rows: int | None = None,
     cu_seqlens_k: int | None = None,
+    a_cols: int | None = None,
 ) -> None:
     """`launch` with every option explicit: what `launch` forwards to whenever an option is given, and
     what the library's own callers (gemm(), grouped_gemm(), the CLI) call directly, as they always pass
@@ -222,8 +228,8 @@ def launch_general(
         ):
             e = entries[
                 (m, n, k, batch, s, ctx, pdl)
-                if num_groups is a_rows is None
-                else (m, n, k, batch, s, ctx, pdl, (num_groups, a_rows))
+                if num_groups is a_rows is a_cols is None
+                else (m, n, k, batch, s, ctx, pdl, (num_groups, a_rows, a_cols))
             ]
         elif _overrides_canonical(
             lda,
@@ -258,7 +264,7 @@ def launch_general(
                     raster_along_m,
                     group_size,
                     k_splits,
-                    None if num_groups is a_rows is None else (num_groups, a_rows),
+                    None if num_groups is a_rows is a_cols is None else (num_groups, a_rows, a_cols),
                 )
             ]
         else:
@@ -330,6 +336,7 @@ def launch_general(
                 a_idx,
                 a_rows,
                 cu_seqlens_k,
+                a_cols,
             )
             cu_seqlens_m = cu_seqlens_k = offsets  # validated and converted: the one the instance takes
             e.accept(a, b, d, c)  # the overlap rule (it raises); the first call checked the pointers
@@ -347,7 +354,7 @@ def launch_general(
         if e.takes_workspace:
             e.pack(buf, 0, *head, workspace or 0, rest[0])
         elif e.gathered:
-            e.pack(buf, 0, *head, cu_seqlens_m, rest[0], a_idx, rest[1])
+            e.pack(buf, 0, *head, cu_seqlens_k if e.varlen_k else cu_seqlens_m, rest[0], a_idx, rest[1])
         elif e.grouped:
             e.pack(buf, 0, *head, cu_seqlens_k if e.varlen_k else cu_seqlens_m, rest[0])
         else:
@@ -361,13 +368,11 @@ def launch_general(
 
 # launch's keyword options (launch_general's arguments with defaults), and its documented signature,
 # which help(launch) and IDEs show rather than **options: everything after `stream` keyword-only.
-_OPTIONS = frozenset(
-    name for name, p in inspect.signature(launch_general).parameters.items() if p.default is not p.empty
-)
-launch.__signature__ = inspect.signature(launch_general).replace(
+_GENERAL = inspect.signature(launch_general)
+_OPTIONS = frozenset(name for name, p in _GENERAL.parameters.items() if p.default is not p.empty)
+launch.__signature__ = _GENERAL.replace(
     parameters=[
-        p if i < 3 else p.replace(kind=p.KEYWORD_ONLY)
-        for i, p in enumerate(inspect.signature(launch_general).parameters.values())
+        p if i < 3 else p.replace(kind=p.KEYWORD_ONLY) for i, p in enumerate(_GENERAL.parameters.values())
     ]
 )
 
@@ -402,6 +407,7 @@ def _first_call(
     a_idx=None,
     a_rows=None,
     cu_seqlens_k=None,
+    a_cols=None,
 ):
     """Validate everything with the explaining functions of runtime/problem.py, in argument order, and
     build (or find) the launch entry: (entry, a, b, d, c, alpha, beta), values canonical."""
@@ -425,7 +431,7 @@ def _first_call(
         problem.raster(iid, raster),
         problem.group(iid, group),
         problem.k_splits(iid, splits),
-        None if num_groups is a_rows is None else (num_groups, a_rows),
+        None if num_groups is a_rows is a_cols is None else (num_groups, a_rows, a_cols),
     )
     shape = plan.shape(key)
     a, b, d = problem.pointers(iid, ptrs)
@@ -464,9 +470,10 @@ def _first_call(
     grouped_offsets = offsets[wanted] if plan.grouped else None
     if plan.gathered:
         if a_idx is None:
+            what = "int32[k] column indices" if plan.varlen_k else "int32[m] row indices"
             raise InvalidArgumentError(
-                "this instance gathers A's rows, but a_idx is None",
-                "pass a_idx=<device address of int32[m] row indices into A, 4-byte aligned>",
+                f"this instance gathers A's {'columns' if plan.varlen_k else 'rows'}, but a_idx is None",
+                f"pass a_idx=<device address of {what} into A, 4-byte aligned>",
                 iid,
             )
         a_idx = problem.offsets_pointer(iid, a_idx, "a_idx")
@@ -503,7 +510,7 @@ def _first_call(
     full = (*key[:4], s, s < 3 and ctx, pdl)
     if any(v is not None for v in key[4:15]):  # the key form `launch` looks up: short when all are omitted
         full += key[4:]
-    elif key[15] is not None:  # grouped, the short form: (group count, rows of a gathered A) last
+    elif key[15] is not None:  # grouped, the short form: (group count, a gathered A's rows, columns) last
         full += (key[15],)
     e = plan.entry(full, shape, loaded, s, pdl, rt.cu)
     return e, a, b, d, c, alpha, beta, grouped_offsets, a_idx

@@ -181,8 +181,9 @@ def select_grouped(
     `num_groups` matrices in B (each n x k, `b_major` "k": K contiguous); `gather_a`: A's rows are
     gathered through an index array (an instance with `_gathera`). varlen "k" (its weight gradient): A is
     m x k and B n x k with `k` the total of all groups' K (`a_major` "k" or "m", `b_major` "k" or "n"),
-    D is num_groups m x n matrices. c_dtype/c_major: a C operand like D (row-major, c_major "n"); under
-    varlen "k" one per group. Other arguments as `select()`.
+    D is num_groups m x n matrices, and `gather_a` gathers A's K columns (M-contiguous A).
+    c_dtype/c_major: a C operand like D (row-major, c_major "n"); under varlen "k" one per group. Other
+    arguments as `select()`.
 
     The choice assumes groups of the average size (m / num_groups rows, or k / num_groups columns of
     K): the cost model (runtime/model.py) ranks the class's grouped instances on num_groups batches of
@@ -198,10 +199,8 @@ def select_grouped(
     if choice is None:
         if varlen not in ("m", "k"):
             raise InvalidArgumentError(f"varlen={varlen!r}", 'pass "m" (per-group rows) or "k" (per-group K)')
-        if type(gather_a) is not bool or (gather_a and varlen == "k"):
-            raise InvalidArgumentError(
-                f"gather_a={gather_a!r} with varlen={varlen!r}", "pass gather_a True (varlen m only) or False"
-            )
+        if type(gather_a) is not bool:
+            raise InvalidArgumentError(f"gather_a must be a bool, got {gather_a!r}", "pass True or False")
         base = problem_class(
             a_dtype, b_dtype, d_dtype, a_major, b_major, "n", c_dtype, c_major, fp8_fast_accum
         )

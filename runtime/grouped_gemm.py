@@ -11,7 +11,8 @@ Semantics (as ``torch._grouped_mm(a, b, offs)``, with the offsets given with the
 - per-group K (``cu_seqlens_k``; a 2-D a and a 2-D b, the weight gradient of such a layer): a is (M, K)
   and b is (K, N) with the K positions of G groups one after another, out is (G, M, N), and group g
   computes ``out[g] = alpha * a[:, s_g:s_g+1] @ b[s_g:s_g+1] + beta * c[g]`` (zeros, plus beta * c[g],
-  for an empty group). ``c=out, beta=1`` accumulates into an existing gradient.
+  for an empty group). ``c=out, beta=1`` accumulates into an existing gradient; with ``a_idx`` the
+  columns of a are gathered: ``a[:, a_idx[s_g:s_g+1]]``.
 
 The offsets are read by the kernel only: no synchronization, and a CUDA graph captured once runs
 whatever sizes they hold at replay.
@@ -62,11 +63,12 @@ def grouped_gemm(
     promotion. stream: as `gemm()` (None: torch's current stream for torch tensors, else the legacy
     default stream). Asynchronous; raises an `HgemmError` before launching anything.
 
-    a_idx (per-group rows only): gather A's rows (a mixture-of-experts layer's token permutation fused
-    into the load): row i of the groups' A is ``a[a_idx[i]]``, so out has len(a_idx) rows while a holds
-    each token once (a CUDA int32 tensor, or the int device address of out's row count of int32s; K must
-    be a multiple of the gathering instance's tile K). Indices outside [0, rows of a) are clamped into
-    it."""
+    a_idx: gather A (a mixture-of-experts layer's token permutation fused into the load). Per-group
+    rows: row i of the groups' A is ``a[a_idx[i]]``, so out has len(a_idx) rows while a holds each token
+    once (a CUDA int32 tensor, or the int device address of out's row count of int32s; K must be a
+    multiple of the gathering instance's tile K). Per-group K: column p of the groups' A is
+    ``a[:, a_idx[p]]``, so b's K (its rows) is len(a_idx) while a holds each token's column once (a
+    needs M contiguous, e.g. ``x.t()``). Indices outside a are clamped into it."""
     if fp8_fast_accum is not False and fp8_fast_accum is not True:
         raise InvalidArgumentError(f"fp8_fast_accum={fp8_fast_accum!r}", "pass True or False")
     if (cu_seqlens_m is None) == (cu_seqlens_k is None):
@@ -146,19 +148,14 @@ def grouped_gemm(
 
 def _grouped_k(a, va, vb, cu_seqlens_k, out, a_idx, c, alpha, beta, fast, stream):
     """grouped_gemm's per-group K form (the weight gradient): a (M, K), b (K, N), out and c (G, M, N)."""
-    if a_idx is not None:
-        raise InvalidArgumentError(
-            "a_idx with cu_seqlens_k: no shipped instance gathers K positions",
-            "gather the K positions first (a[:, idx], b[idx]), or use cu_seqlens_m",
-        )
     if len(va.shape) != 2 or len(vb.shape) != 2:
         raise InvalidArgumentError(
             f"a has shape {va.shape} and b {vb.shape}: a grouped GEMM over K takes a 2-D a (M, K) and a "
             "2-D b (K, N)",
             "pass every group's K positions one after another along K of a and b",
         )
-    (m, k), (kb, n) = va.shape, vb.shape
-    if kb != k:
+    (m, a_cols), (k, n) = va.shape, vb.shape
+    if a_idx is None and a_cols != k:
         raise InvalidArgumentError(f"a is (M, K) = {va.shape} but b is (K, N) = {vb.shape}", "make K agree")
     if out is None:
         raise InvalidArgumentError(
@@ -175,6 +172,15 @@ def _grouped_k(a, va, vb, cu_seqlens_k, out, a_idx, c, alpha, beta, fast, stream
     a_major = _major(va, "a", ("m", "k"))
     b_major = _major(vb, "b", ("k", "n"))
     offsets = _int32_address(cu_seqlens_k, groups + 1, "cu_seqlens_k")
+    indices = None
+    if a_idx is not None:  # column p of the groups' A is a[:, a_idx[p]]: whole M columns, M contiguous
+        if a_major != "m":
+            raise InvalidArgumentError(
+                f"a_idx with cu_seqlens_k and a of strides {va.strides}: gathered K positions are copied as "
+                "whole columns of a, which needs M contiguous",
+                "pass a as the transpose of a row-major (tokens, M) array (x.t())",
+            )
+        indices = _int32_address(a_idx, k, "a_idx")
     if m == 0 or n == 0 or groups == 0:
         return out
     if k == 0:  # there is no A or B to read, but out must still be written
@@ -194,6 +200,7 @@ def _grouped_k(a, va, vb, cu_seqlens_k, out, a_idx, c, alpha, beta, fast, stream
         b_major=b_major,
         c_dtype=None if vc is None else vc.dtype,
         fp8_fast_accum=fast,
+        gather_a=indices is not None,
         varlen="k",
     )
     launch_general(
@@ -214,6 +221,8 @@ def _grouped_k(a, va, vb, cu_seqlens_k, out, a_idx, c, alpha, beta, fast, stream
         beta=beta,
         cu_seqlens_k=offsets,
         num_groups=groups,
+        a_idx=indices,
+        a_cols=None if indices is None else a_cols,
     )
     return out
 

@@ -189,7 +189,7 @@ class LaunchPlan:
     def shape(self, key: tuple) -> Shape:
         """The `Shape` of a canonical key (m, n, k, batch, lda, ldb, ldd, ldc, batch_stride_a..c,
         raster_along_m, group_size, k_splits, grouping): validated and packed on first use. `grouping` is
-        None or (num_groups, rows of a gathered A or None)."""
+        None or (num_groups, rows of a gathered A or None, columns of a gathered A or None)."""
         hit = self.shapes.get(key)
         return hit if hit is not None else self.prepare(key)
 
@@ -212,7 +212,7 @@ class LaunchPlan:
             k_splits,
             grouping,
         ) = key
-        groups, a_rows = (None, None) if grouping is None else grouping
+        groups, a_rows, a_cols = (None, None, None) if grouping is None else grouping
         iid = self.record.id
         lds, bss = (lda, ldb, ldd), (bsa, bsb, bsd)
         if self.has_c:
@@ -220,8 +220,10 @@ class LaunchPlan:
         elif ldc is not None or bsc is not None:
             raise self.without_c("ldc" if ldc is not None else "batch_stride_c")
         problem.check_grouping(iid, self.grouped, batch, groups)
-        a_rows = problem.check_gathering(iid, self.gathered, m, k, self.record.spec.tile[2], a_rows)
-        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups, a_rows)
+        gathered = problem.check_gathering(
+            iid, self.gathered, self.varlen_k, m, k, self.record.spec.tile[2], a_rows, a_cols
+        )
+        values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups, gathered)
         rec = self.record
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
             values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]

@@ -225,19 +225,28 @@ def k_splits(instance: str, v):
     raise InvalidArgumentError(f"k_splits={v!r}", "pass a positive int or None (automatic)", instance)
 
 
-def check_gathering(instance: str, gathered: bool, m: int, k: int, tile_k: int, a_rows) -> int:
-    """The rows of A for an instance that gathers A (`a_rows`, default m; an int in 1 .. 2**31 - 1), whose
-    K must also be a multiple of the tile's K (the gathered rows are copied in whole k-tiles). Other
-    instances take no `a_rows` (their A has m rows): returns m."""
-    if not gathered:
-        if a_rows is not None:
-            raise InvalidArgumentError(
-                f"a_rows={a_rows!r} given, but this instance does not gather A",
-                "drop a_rows (A has m rows), or use an instance that gathers A (id suffix _gathera)",
-                instance,
+def check_gathering(
+    instance: str, gathered: bool, over_k: bool, m: int, k: int, tile_k: int, a_rows, a_cols
+) -> int | None:
+    """The extent of the A given that a gathering instance's a_idx indexes ("ma"): its rows (`a_rows`,
+    default m; varlen M, whose K must also be a multiple of the tile's K: the gathered rows are copied in
+    whole k-tiles) or, gathering over K (`over_k`), its columns (`a_cols`, default k). Each an int in
+    1 .. 2**31 - 1; the other must be None, and other instances take neither: returns None then."""
+    wanted = ("a_cols" if over_k else "a_rows") if gathered else None
+    for name, v in (("a_rows", a_rows), ("a_cols", a_cols)):
+        if v is not None and name != wanted:
+            what = f"gathers A's {'columns' if over_k else 'rows'}" if gathered else "does not gather A"
+            fix = (
+                f" (pass {wanted})" if wanted else ", or use an instance that gathers A (id suffix _gathera)"
             )
-        return m
+            raise InvalidArgumentError(
+                f"{name}={v!r} given, but this instance {what}", f"drop {name}{fix}", instance
+            )
+    if not gathered:
+        return None
     m, k = size("m", m, instance), size("k", k, instance)
+    if over_k:
+        return k if a_cols is None else size("a_cols", a_cols, instance)
     if k % tile_k:
         raise InvalidArgumentError(
             f"k={k} with an instance that gathers A: its rows are copied in whole k-tiles of {tile_k}",
@@ -291,14 +300,16 @@ def resolve(
     lds,
     batch_strides,
     groups=None,
-    a_rows=None,
+    gathered=None,
 ) -> dict:
     """Named extents and strides for `ParamPacker.pack` (+ the grid rule), validated; no pointers.
-    `groups`: a grouped instance's group count G (B's batches; A and D are one batch of all M rows)."""
+    `groups`: a grouped instance's group count G (B's batches; A and D are one batch of all M rows).
+    `gathered`: a gathering instance's own extent of A (`check_gathering`)."""
     values = {"m": size("m", m, instance), "n": size("n", n, instance), "k": size("k", k, instance)}
     values["l"] = size("batch", batch, instance)
     values["g"] = 1 if groups is None else groups
-    values["ma"] = values["m"] if a_rows is None else a_rows
+    # A gathered A's own extent where a_idx indexes it (rows, or K columns); else unused (m).
+    values["ma"] = values["m"] if gathered is None else gathered
     for op, ld, bs in zip(ops, lds, batch_strides):
         name = op.name
         contiguous = values[op.contiguous]

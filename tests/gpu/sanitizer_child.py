@@ -66,6 +66,8 @@ def required_features(inst) -> set[tuple]:
             ("grouped-K tile family", tile_family(inst)),
             ("grouped-K inputs", input_kind(inst)),
             ("grouped-K layout", f"{inst.a_major}{inst.b_major}{inst.d_major}"),
+            ("grouped-K C", "C" if inst.has_c else "no C"),
+            ("grouped-K A", "gathered (cp.async)" if inst.gather_a else "TMA"),
         }
     if getattr(inst, "varlen_m", False):
         return {
@@ -73,6 +75,7 @@ def required_features(inst) -> set[tuple]:
             ("grouped cluster", f"{inst.cluster[0]}x{inst.cluster[1]}"),
             ("grouped inputs", input_kind(inst)),
             ("grouped A", "gathered (cp.async)" if inst.gather_a else "TMA"),
+            ("grouped C", "C" if inst.has_c else "no C"),
         }
     out = {
         ("tile family", tile_family(inst)),  # tile M x N and schedule: the mainloop/epilogue structure
@@ -331,6 +334,8 @@ def run_grouped(g, inst, torch) -> int:
             if end > first:
                 owned[first:end] = True
                 ref = p.alpha * a[first:end] @ b[gi].T
+                if p.c is not None:
+                    ref = ref + p.beta * p.c[first:end].cpu().double()
                 assert not bool(torch.isnan(out[first:end]).any()), f"group {gi}: unwritten (NaN) rows"
                 num += float(torch.linalg.vector_norm(out[first:end] - ref)) ** 2
                 den += float(torch.linalg.vector_norm(ref)) ** 2
@@ -371,6 +376,8 @@ def run_grouped_k(g, inst, torch) -> int:
         for gi in range(p.groups):
             first, end = p.seqlens[gi], p.seqlens[gi + 1]
             ref = p.alpha * a[:, first:end] @ b[:, first:end].T
+            if p.c is not None:
+                ref = ref + p.beta * p.c[gi].cpu().double()
             assert not bool(torch.isnan(d[gi]).any()), f"group {gi}: unwritten (NaN) elements"
             num += float(torch.linalg.vector_norm(d[gi] - ref)) ** 2
             den += float(torch.linalg.vector_norm(ref)) ** 2

@@ -371,7 +371,7 @@ class GroupedK:
     dimensions), D (G, m, n) row-major with padded rows and a padded group stride, NaN-poisoned, a sentinel
     in the padding and the guard after it."""
 
-    def __init__(self, inst, ks, m: int, n: int, gen, seqlens=None):
+    def __init__(self, inst, ks, m: int, n: int, gen, seqlens=None, a_idx=None):
         self.inst, self.m, self.n = inst, m, n
         self.seqlens = offsets(ks) if seqlens is None else list(seqlens)
         self.groups = len(self.seqlens) - 1
@@ -383,18 +383,28 @@ class GroupedK:
         self.k = g.round_up(max(max(self.seqlens), 1), align)
         std = g.input_std(inst, self.k)
 
-        def operand(rows, major_rows: bool):
-            # rows x k; stored with k contiguous ("k" major) or rows contiguous (m/n major), padded.
+        def operand(rows, major_rows: bool, cols):
+            # rows x cols; stored with cols contiguous ("k" major) or rows contiguous (m/n major), padded.
             if major_rows:
                 ld = g.round_up(rows, align) + align
-                buf = g.random_values((self.k * ld + 64,), in_dtype, gen, std).to(in_dtype)
-                return buf, buf[: self.k * ld].view(self.k, ld)[:, :rows].t(), ld
-            ld = g.round_up(self.k, align) + align
+                buf = g.random_values((cols * ld + 64,), in_dtype, gen, std).to(in_dtype)
+                return buf, buf[: cols * ld].view(cols, ld)[:, :rows].t(), ld
+            ld = g.round_up(cols, align) + align
             buf = g.random_values((rows * ld + 64,), in_dtype, gen, std).to(in_dtype)
-            return buf, buf[: rows * ld].view(rows, ld)[:, : self.k], ld
+            return buf, buf[: rows * ld].view(rows, ld)[:, :cols], ld
 
-        self.a_buf, self.a, self.lda = operand(m, inst.a_major == "m")
-        self.b_buf, self.b, self.ldb = operand(n, inst.b_major == "n")
+        # A gathering instance reads column a_idx[p] of an A of its own width (default: every other column
+        # of a reversed order, each twice: repeats and a permutation at once).
+        self.idx, self.a_cols = None, self.k
+        if inst.gather_a:
+            if a_idx is None:
+                a_idx = [(self.k - 1 - p) // 2 for p in range(self.k)]
+            self.a_cols = max(a_idx) + 1 if a_idx else 1
+            self.idx = torch.tensor(a_idx, dtype=torch.int32, device=g.DEVICE)
+        self.a_buf, self.a_given, self.lda = operand(m, inst.a_major == "m", self.a_cols)
+        # The groups' A as the kernel sees it (gathered: a copy, for the reference).
+        self.a = self.a_given if self.idx is None else self.a_given[:, self.idx.long()]
+        self.b_buf, self.b, self.ldb = operand(n, inst.b_major == "n", self.k)
         self.ldd = n + 16 // g.ELEM_BYTES[str(inst.d_dtype)]
         self.bsd = m * self.ldd + 64
         self.d_buf = torch.full((self.groups * self.bsd + 64,), SENTINEL, dtype=self.d_dtype, device=g.DEVICE)
@@ -419,9 +429,10 @@ class GroupedK:
         return {"c": self.c.data_ptr(), "ldc": self.ldc, "batch_stride_c": self.bsc, "beta": self.beta}
 
     def launch(self, stream=None):
+        gather = {} if self.idx is None else {"a_idx": self.idx.data_ptr(), "a_cols": self.a_cols}
         hgemm_sm90.launch(
             self.inst.id,
-            (self.a.data_ptr(), self.b.data_ptr(), self.d.data_ptr()),
+            (self.a_given.data_ptr(), self.b.data_ptr(), self.d.data_ptr()),
             torch.cuda.current_stream() if stream is None else stream,
             m=self.m,
             n=self.n,
@@ -434,22 +445,28 @@ class GroupedK:
             cu_seqlens_k=self.cu.data_ptr(),
             num_groups=self.groups,
             **self.with_c(),
+            **gather,
         )
 
-    def without_c(self):
-        """D of the shipped grouped instance that is this one without C, on the same A, B and offsets:
-        (G, m, n). Grouped-K instances with C are checked against it plus beta * C (the accumulation is
-        the same kernel's; its accuracy is checked through that instance's own tests)."""
-        base_id = self.inst.id.replace(f"_c{self.inst.c_dtype}{self.inst.c_major}", "")
+    def sibling_result(self, base_id: str):
+        """D (G, m, n) of the shipped grouped-K instance `base_id` (this one without C, or without
+        gathering) on the same groups' A (a packed copy when A is gathered), B and offsets. Instances with
+        C are checked against it plus beta * C; gathering ones against its bits (the same k-tiles of the
+        same columns): the accumulation is the same kernel's, its accuracy checked by that instance's own
+        tests."""
+        a, lda = self.a, self.lda
+        if self.idx is not None:  # the gathered columns, packed in A's (M-major) layout
+            a = self.a.t().contiguous().t() if self.inst.a_major == "m" else self.a.contiguous()
+            lda = a.stride(1) if self.inst.a_major == "m" else a.stride(0)
         d = torch.full((self.groups, self.m, self.n), float("nan"), dtype=self.d_dtype, device=g.DEVICE)
         hgemm_sm90.launch(
             base_id,
-            (self.a.data_ptr(), self.b.data_ptr(), d.data_ptr()),
+            (a.data_ptr(), self.b.data_ptr(), d.data_ptr()),
             torch.cuda.current_stream(),
             m=self.m,
             n=self.n,
             k=self.k,
-            lda=self.lda,
+            lda=lda,
             ldb=self.ldb,
             alpha=self.alpha,
             cu_seqlens_k=self.cu.data_ptr(),
@@ -462,7 +479,7 @@ class GroupedK:
         """The shipped instance that is this one without groups (same dtypes, layout, tile), or None (also
         for an instance with C: those are checked against the fp64 reference)."""
         plain = self.inst.id.replace("_varlenk", "")
-        if self.c is not None:
+        if self.c is not None or self.idx is not None:
             return None
         return plain if any(i.id == plain for i in hgemm_sm90.instances()) else None
 
@@ -505,7 +522,11 @@ class GroupedK:
     def check(self, what: str = ""):
         torch.cuda.synchronize()
         fast = bool(self.inst.fp8_fast_accum)
-        base = None if self.c is None else self.without_c().double()
+        base = None
+        if self.c is not None:
+            base = self.sibling_result(self.inst.id.replace(f"_c{self.inst.c_dtype}{self.inst.c_major}", ""))
+            base = base.double()
+        ungathered = None if self.idx is None else self.sibling_result(self.inst.id.replace("_gathera", ""))
         for gi in range(self.groups):
             first = min(max(self.seqlens[gi], 0), self.k)
             end = min(max(self.seqlens[gi + 1], first), self.k)
@@ -522,6 +543,11 @@ class GroupedK:
                 tol = 2 * torch.finfo(self.d_dtype).eps * (base[gi].abs() + beta_c.abs()) + 1e-30
                 worst = ((ours - (base[gi] + beta_c)).abs() - tol).max().item()
                 assert worst <= 0, f"{where}: differs from the instance without C plus beta * C"
+                continue
+            if ungathered is not None:
+                assert torch.equal(g.bits(self.d[gi]), g.bits(ungathered[gi])), (
+                    f"{where}: differs from the instance without gathering on the gathered columns"
+                )
                 continue
             sibling = self.plain_sibling()
             if sibling is not None:
@@ -670,9 +696,36 @@ def test_grouped_gemm_over_k_refuses_bad_arguments():
         ((a, b.t()), dict(out=out, cu_seqlens_k=cu), "make K agree"),
         ((a, b), dict(out=out[:, :, :128], cu_seqlens_k=cu), r"pass a row-major \(4, 128, 256\) out"),
         ((a, b), dict(out=out, cu_seqlens_k=cu, beta=1.0), "without c"),
-        ((a, b), dict(out=out, cu_seqlens_k=cu, a_idx=cu), "no shipped instance gathers K"),
+        ((a, b), dict(out=out, cu_seqlens_k=cu, a_idx=cu), "needs M contiguous"),
     ]
     for args, kw, message in bad:
         with pytest.raises(hgemm_sm90.InvalidArgumentError, match=message):
             hgemm_sm90.grouped_gemm(*args, **kw)
     assert bool((out == 0).all())
+
+
+def test_grouped_gemm_over_k_gathers_a(gen):
+    """The weight gradient with the token permutation fused: grouped_gemm(x.t(), dy, out=, cu_seqlens_k=,
+    a_idx=) computes out[e] = x[idx_e]^T @ dy_e for expert-sorted rows of dy and top-2 routed tokens of x,
+    against fp64 (x read in place, never gathered into a copy)."""
+    if not any(i.gather_a for i in GROUPED_K):
+        pytest.skip("no grouped-K instance that gathers A is shipped")
+    tokens, topk, experts, m, n = 300, 2, 6, 264, 520
+    route = torch.randint(0, experts, (tokens * topk,), generator=torch.Generator().manual_seed(11))
+    order = torch.argsort(route, stable=True)
+    idx = (order // topk).to(torch.int32).to(g.DEVICE)  # token of each expert-sorted position
+    counts = torch.bincount(route, minlength=experts).tolist()
+    cu = torch.tensor(offsets(counts), dtype=torch.int32, device=g.DEVICE)
+    x = g.random_values((tokens, m), torch.bfloat16, gen).to(torch.bfloat16)
+    dy = g.random_values((tokens * topk, n), torch.bfloat16, gen).to(torch.bfloat16)
+    for out_dtype in (torch.float32, torch.bfloat16):
+        out = torch.full((experts, m, n), float("nan"), dtype=out_dtype, device=g.DEVICE)
+        assert hgemm_sm90.grouped_gemm(x.t(), dy, out=out, cu_seqlens_k=cu, a_idx=idx) is out
+        torch.cuda.synchronize()
+        xg = x[idx.long()]
+        for e in range(experts):
+            first, end = cu[e].item(), cu[e + 1].item()
+            ref = xg[first:end].double().T @ dy[first:end].double()
+            rel = ((out[e].double() - ref).norm() / ref.norm()).item()
+            bound = g.REL_BOUND["fp32" if out_dtype == torch.float32 else "bf16"]
+            assert rel < bound, f"expert {e} ({out_dtype}): relative error {rel:.3g}"

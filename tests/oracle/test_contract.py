@@ -119,6 +119,7 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     assert any(spec.varlen_k for spec, _, _ in kernels), "the ci profile lacks a grouped-K instance"
     assert any(spec.varlen_m and spec.has_c for spec, _, _ in kernels), "no grouped instance with C"
     assert any(spec.varlen_k and spec.has_c for spec, _, _ in kernels), "no grouped-K instance with C"
+    assert any(spec.varlen_k and spec.gather_a for spec, _, _ in kernels), "no grouped-K gathering instance"
 
 
 @pytest.mark.parametrize("case_seed", [0])

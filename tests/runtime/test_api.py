@@ -182,8 +182,8 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
             if groups is not None:
                 kw["num_groups"] = groups
             a_rows = pr.pop("a_rows")
-            if a_rows is not None:
-                kw["a_rows"] = a_rows
+            if a_rows is not None:  # the gathered extent: A's rows, or its K columns under varlen K
+                kw["a_cols" if rec.spec.varlen_k else "a_rows"] = a_rows
             # 2nd call: a cache hit with new pointers and scales, which must be patched in.
             calls = [
                 ((A, B, D), C, pr["alpha"], pr["beta"]),
@@ -873,8 +873,8 @@ def test_grouped_arguments_on_a_plain_instance_are_refused(ci, fake, kw, message
     assert not fake.launches
 
 
-def _gathering(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.gather_a]
+def _gathering(man, over_k: bool = False) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.gather_a and r.spec.varlen_k == over_k]
     assert ids, "the ci profile must hold an instance that gathers A (kernel_specs.yaml)"
     return ids[0]
 
@@ -931,8 +931,42 @@ def test_gather_arguments_on_a_plain_grouped_instance_are_refused(ci, fake, kw, 
     assert not fake.launches
 
 
+def test_gathered_k_launch_sends_the_indices_and_a_with_its_own_columns(ci, fake):
+    """Grouped K with gathered A: a_idx indexes A's K columns; A travels as a tensor of (m, a_cols)."""
+    iid = _gathering(ci, over_k=True)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    m, n, k, a_cols = 264, 1024, 4100, 700
+    for idx in (S + 0x100, S + 0x200):  # the second launch is a cache hit: the new address is patched in
+        runtime.launch(
+            iid, (A, B, D), 0, m=m, n=n, k=k, num_groups=8, cu_seqlens_k=S, a_idx=idx, a_cols=a_cols
+        )
+        values = _values(rec, (A, B, D), m, n, k, groups=8, cu_seqlens_m=S, a_rows=a_cols, a_idx=idx)
+        want, grid = _expect(ci, iid, values)
+        _assert_sent(fake.launches[-1], rec, want)
+    a = next(p for p in rec.params if p.kind == "tensor" and p.operand == "a")
+    sent = fake.launches[-1].values[rec.params.index(a)]
+    assert int.from_bytes(sent[:8], "little") == A and struct.unpack_from("<3i", sent, 8) == (m, a_cols, 1)
+    before = len(fake.launches)
+    bad = [
+        ({"a_rows": 700}, r"a_rows=700 given, but this instance gathers A's columns.*pass a_cols"),
+        ({"a_cols": 0}, r"a_cols=0 is outside"),
+        ({"a_idx": None}, r"gathers A's columns, but a_idx is None.*int32\[k\] column indices"),
+    ]
+    for kw, message in bad:
+        args = dict(m=m, n=n, k=k, num_groups=8, cu_seqlens_k=S, a_idx=S)
+        args.update(kw)
+        with pytest.raises(runtime.InvalidArgumentError, match=message):
+            runtime.launch(iid, (A, B, D), 0, **args)
+    assert len(fake.launches) == before
+
+
 def _grouped_k(man, with_c: bool = False) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_k and r.spec.has_c == with_c]
+    ids = [
+        i
+        for i, r in sorted(man.instances.items())
+        if r.spec.varlen_k and r.spec.has_c == with_c and not r.spec.gather_a
+    ]
     assert ids, "the ci profile must hold a grouped-K instance (kernel_specs.yaml)"
     return ids[0]
 

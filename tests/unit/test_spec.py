@@ -318,7 +318,7 @@ FAILING = {
     "swap_ab": ({"tile": [64, 8], "swap_ab": True}, "swap-AB instances run 1x1 clusters"),
     "k_split": ({"k_split": "split"}, "split-K instances run 1x1 clusters"),
     "varlen": ({"varlen": "m", "d_major": "m"}, "grouped instances take row-major A and D"),
-    "gather_a": ({"gather_a": True}, "gathered A rows belong to grouped instances"),
+    "gather_a": ({"gather_a": True}, "gathered A belongs to grouped instances"),
 }
 
 
