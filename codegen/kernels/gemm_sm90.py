@@ -939,6 +939,12 @@ class HopperGemm(GroupedWalks):
                     wg,
                     (sA, sB, lead_cols, tail_cols, tidx % self.tile_threads),
                 )
+                if cutlass.const_expr(self.gather_a):
+                    # An empty group's trimmed k-tile multiplied a borrowed column of A by B's zeros:
+                    # 0 unless that column holds inf or NaN, so its D is zeroed here (GroupedWalks.
+                    # _produce_gathered_k).
+                    if group_k_tiles == 1 and tail_cols == lead_cols:
+                        accumulators.fill(0.0)
             else:
                 read_state, release_state = mainloop(
                     ab_pipeline,

@@ -218,12 +218,14 @@ class GroupedWalks:
     def _trim_stage(self, sA: cute.Tensor, sB: cute.Tensor, stage, lo: Int32, hi: Int32, tile_tidx: Int32):
         """Grouped K: zero the K columns outside [lo, hi) of A's and B's ring stage `stage` (they hold the
         neighbouring groups' columns), by every thread that shares the tile, before anyone's WGMMAs read
-        it. Both operands: a zero times a neighbour's value is 0 only if that value is finite."""
+        it. Both operands: a zero times a neighbour's value is 0 only if that value is finite. A gathered
+        A's stage holds the group's own columns there (`_produce_gathered_k`): only B is zeroed, so that
+        A's stages keep one writer, the producer."""
         tile_k = self.tile_mnk[2]
-        for operand, rows, zero in (
-            (sA, self.tile_mnk[0], self.a_dtype(0)),
-            (sB, self.tile_mnk[1], self.b_dtype(0)),
-        ):
+        operands = ((sB, self.tile_mnk[1], self.b_dtype(0)),)
+        if cutlass.const_expr(not self.gather_a):
+            operands = ((sA, self.tile_mnk[0], self.a_dtype(0)), *operands)
+        for operand, rows, zero in operands:
             staged = operand[(None, None, stage)]
             for j in cutlass.range_constexpr(rows * tile_k // self.tile_threads):
                 flat = j * self.tile_threads + tile_tidx
@@ -394,8 +396,12 @@ class GroupedWalks:
         (K position p of the groups' concatenated K) is column a_idx[p] of the A given, whose M elements
         are contiguous: each thread copies its 16-byte piece of M of its columns with cp.async and counts
         one arrival when they land; B is TMA-loaded by the first warp (arming the stage with B's bytes).
-        K positions outside the group (the first and last k-tile's) still load a column, which the
-        consumers zero (`_trim_stage`); positions past K read a_idx[K - 1]; indices are clamped into the
+        K positions outside the group (the first and last k-tile's) load the group's nearest column
+        again, and the consumers zero B's columns there (`_trim_stage` trims B alone here), so those
+        products are 0 for finite A. A's stages are written by producer threads only (no consumer
+        stores race with the next fill), and each thread arrives once per stage
+        (cp.async.mbarrier.arrive.noinc), as for gathered rows. An empty group has no column to borrow
+        (it loads any column; its consumers zero the accumulators instead). Indices are clamped into the
         A given; an M piece past A's rows reads the last piece (M is a multiple of 16 bytes: pieces are
         whole), feeding only accumulator rows that are never stored. The next k-tile's indices are loaded
         before this k-tile's copies are issued, so their latency hides behind them."""
@@ -427,6 +433,9 @@ class GroupedWalks:
                 linear, clusters_m, clusters_n, raster_along_m, group_size
             )
             k_first, k_tiles, _, _ = self._k_range(seqlens, group, total_k)
+            # The K positions whose indices are read: the group's, or any for an empty group.
+            first, end = group_rows(seqlens, group, total_k)
+            lo, hi = (first, end) if end > first else (Int32(0), total_k)
             gB = cute.local_tile(
                 cute.domain_offset((0, k_first, 0), mB_nkl),
                 cute.slice_(self.tile_mnk, (0, None, None)),
@@ -441,11 +450,11 @@ class GroupedWalks:
             )
             tBgB_k = tBgB[(None, tile_n, None, 0)]
             piece = cutlass.min(tile_m * per_col + piece0, last_piece)
-            self._gathered_cols(src, a_idx, k_first, tAcA, total_k, source_cols)
+            self._gathered_cols(src, a_idx, k_first, tAcA, lo, hi, source_cols)
             for k_tile in range(k_tiles):
-                # Indices of the next k-tile (past the group: harmless loads of valid entries).
+                # Indices of the next k-tile (past the group's last: harmless loads of its own entries).
                 self._gathered_cols(
-                    src_next, a_idx, k_first + (k_tile + 1) * self.tile_mnk[2], tAcA, total_k, source_cols
+                    src_next, a_idx, k_first + (k_tile + 1) * self.tile_mnk[2], tAcA, lo, hi, source_cols
                 )
                 if warp_idx == self.producer_warp:
                     ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
@@ -468,12 +477,12 @@ class GroupedWalks:
         return producer_state
 
     @cute.jit
-    def _gathered_cols(self, cols, a_idx, k0, tAcA, total_k, source_cols):
+    def _gathered_cols(self, cols, a_idx, k0, tAcA, lo, hi, source_cols):
         """Gathered A over K: fill `cols` with the source column (a_idx, clamped into [0, source_cols)) of
-        each of this producer thread's columns of the k-tile that starts at K position `k0`; positions
-        past K read a_idx[K - 1]."""
+        each of this producer thread's columns of the k-tile that starts at K position `k0`, the position
+        clamped into [lo, hi) first (a non-empty range)."""
         for j in cutlass.range_constexpr(cute.size(cols)):
-            p = cutlass.min(k0 + tAcA[(0, 0, j)][1], total_k - 1)
+            p = cutlass.min(cutlass.max(k0 + tAcA[(0, 0, j)][1], lo), hi - 1)
             cols[j] = cutlass.min(cutlass.max(a_idx[p], 0), source_cols - 1)
 
     @cute.jit
