@@ -33,7 +33,8 @@ in that order. Defined today, in order:
                           reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
   `_varlenm`, `_varlenk`  grouped GEMM with a per-group M, or K (`GemmSpec.varlen`, docs/CONTRACT.md
                           "Grouped GEMM")
-  `_gathera`              grouped GEMM whose A rows are gathered through an index array (`GemmSpec.gather_a`)
+  `_gathera`              grouped GEMM whose A rows (varlen M) or K columns (varlen K) are gathered through
+                          an index array (`GemmSpec.gather_a`)
 """
 
 from __future__ import annotations
@@ -294,8 +295,10 @@ class GemmSpec:
     D[s_g:s_g+1] = alpha * A[s_g:s_g+1] @ B[g]^T, with the offsets s read from a device array at run time.
     `varlen` "k" (the weight gradient of such a layer): A is M x (total K) and B is N x (total K) with
     the groups' K ranges concatenated, D is G x M x N; D[g] = alpha * A[:, s_g:s_g+1] @ B[:, s_g:s_g+1]^T.
-    `gather_a` (with varlen "m"): the concatenated A is gathered: its row i is row a_idx[i] of the A given
-    (a device int32 array), the token permutation of a mixture-of-experts layer fused into the load.
+    `gather_a`: the concatenated A is gathered (a device int32 array a_idx, the token permutation of a
+    mixture-of-experts layer fused into the load): with varlen "m" its row i is row a_idx[i] of the A
+    given, with varlen "k" its column p is column a_idx[p] of the A given. Grouped instances may read a
+    C (`c_dtype`): like D under varlen "m", one per group under varlen "k" (not with gather_a there).
 
     Keyword-only (no positional construction). Construction normalizes and validates every field: strings
     become enums, lists become tuples, and a tile K of 0 becomes `default_tile_k(a_dtype)`, so every
