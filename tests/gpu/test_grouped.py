@@ -604,6 +604,17 @@ def test_grouped_k(inst, name, ks, gen):
     p.check(name)
 
 
+@pytest.mark.parametrize("inst", GROUPED_K, ids=_id)
+def test_grouped_k_256_groups(inst, gen):
+    """G = 256 weight gradients (a DeepSeek-V3-like layer's experts): skewed K sizes, many empty groups."""
+    sizes_gen = torch.Generator().manual_seed(257)
+    raw = torch.randint(0, 40, (256,), generator=sizes_gen)
+    raw[torch.randperm(256, generator=sizes_gen)[:60]] = 0
+    p = GroupedK(inst, raw.tolist(), 136, 264, gen)
+    p.launch()
+    p.check("G=256")
+
+
 @pytest.mark.parametrize("inst", GROUPED_K[:2], ids=_id)
 def test_grouped_k_graph_replay_follows_new_offsets(inst, gen):
     first, second = [40, 0, 200, 9], [0, 129, 1, 119]
