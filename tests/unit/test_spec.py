@@ -322,6 +322,39 @@ FAILING = {
 }
 
 
+@pytest.mark.parametrize(
+    ("rule", "changes", "must_mention"),
+    [
+        # The grouped forms' C and gathering branches (the FAILING case above covers one branch a rule).
+        ("varlen", {"varlen": "m", "c_dtype": "bf16", "c_major": "m"}, "use c_major n"),
+        ("gather_a", {"varlen": "k", "gather_a": True}, "use a_major m"),
+        ("gather_a", {"varlen": "k", "gather_a": True, "a_major": "m", "c_dtype": "bf16", "c_major": "n"},
+         "drop c_dtype"),
+    ],
+)  # fmt: skip
+def test_grouped_c_and_gathered_k_rules_name_the_fix(rule, changes, must_mention):
+    reason = dict(check_rules(spec(**changes)))[rule]
+    assert reason is not None and must_mention in reason, reason
+
+
+def test_grouped_c_and_gathered_k_combinations_that_ship_pass_every_rule():
+    one = {"cluster": [1, 1]}  # grouped-K and gathering instances run 1x1 clusters
+    for changes in (
+        {"varlen": "m", "c_dtype": "bf16", "c_major": "n"},
+        {**one, "varlen": "k", "gather_a": True, "a_major": "m", "b_major": "n"},
+        {
+            **one,
+            "varlen": "k",
+            "d_dtype": "fp32",
+            "c_dtype": "fp32",
+            "c_major": "n",
+            "a_major": "m",
+            "b_major": "n",
+        },
+    ):
+        assert why_unsupported(spec(**changes)) is None, changes
+
+
 def test_base_spec_passes_every_rule():
     assert why_unsupported(spec()) is None
     assert all(reason is None for _, reason in check_rules(spec()))
