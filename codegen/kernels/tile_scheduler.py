@@ -67,6 +67,91 @@ def split_unit(linear: Int32, splits: Int32, k_tiles: Int32):
     return tile, split, split * k_tiles // splits, (split + 1) * k_tiles // splits
 
 
+# Stream-K (mirrored by `hgemm_sm90.scheduling`): at most this many workers (CTAs), and at least this many
+# k-tiles in each worker's stream-K range (fewer workers take part otherwise).
+STREAM_MAX_WORKERS = 132
+STREAM_MIN_K_TILES = 4
+
+
+def stream_partition(tiles: Int32, k_tiles: Int32, workers: Int32):
+    """Stream-K: split `tiles` output tiles of `k_tiles` k-tiles each between `workers` persistent CTAs.
+
+    Returns (data-parallel tiles, stream-K workers, stream-K k-tiles). When the tiles fill whole waves they
+    all run data-parallel (a whole tile per unit, as without stream-K). Otherwise all waves but the last
+    two run data-parallel, and the k-tiles of the remaining tiles (between one and two waves' worth) are
+    dealt out evenly, in tile-major order, to the first `sk_workers` CTAs: each gets one contiguous range
+    of at least STREAM_MIN_K_TILES k-tiles, which may end one tile and start the next. Arithmetic only (no
+    branch): every value is uniform across the grid.
+    """
+    full_waves = tiles // workers
+    has_rest = cutlass.min(tiles - full_waves * workers, 1)
+    dp_tiles = cutlass.max(full_waves - has_rest, 0) * workers
+    sk_k_tiles = (tiles - dp_tiles) * k_tiles
+    sk_workers = cutlass.max(cutlass.min(workers, sk_k_tiles // STREAM_MIN_K_TILES), 1)
+    return dp_tiles, sk_workers, sk_k_tiles
+
+
+def stream_range(worker: Int32, sk_workers: Int32, sk_k_tiles: Int32):
+    """Stream-K: the [begin, end) of `worker`'s range of the stream-K k-tiles (empty past sk_workers)."""
+    lo = cutlass.min(worker, sk_workers)
+    hi = cutlass.min(worker + 1, sk_workers)
+    return lo * sk_k_tiles // sk_workers, hi * sk_k_tiles // sk_workers
+
+
+def stream_units(
+    worker: Int32, workers: Int32, dp_tiles: Int32, sk_workers: Int32, sk_k_tiles: Int32, k_tiles
+):
+    """Stream-K: how many work units `worker` runs: its data-parallel tiles, then one per tile its
+    stream-K range touches (non-negative arithmetic: the DSL's division truncates toward zero)."""
+    begin, end = stream_range(worker, sk_workers, sk_k_tiles)
+    touched = cutlass.max((end + k_tiles - 1) // k_tiles - begin // k_tiles, 0) * cutlass.min(end - begin, 1)
+    return stream_dp_units(worker, workers, dp_tiles) + touched
+
+
+def stream_dp_units(worker: Int32, workers: Int32, dp_tiles: Int32):
+    """Stream-K: how many data-parallel tiles `worker` runs (tiles worker, worker + workers, ... below
+    dp_tiles; a multiple of `workers` except when the kernel runs every tile whole)."""
+    return (dp_tiles - worker + workers - 1) // workers
+
+
+@cute.jit
+def stream_unit(
+    worker: Int32, unit: Int32, workers: Int32, dp_tiles: Int32, sk_workers: Int32, sk_k_tiles: Int32, k_tiles
+):
+    """Stream-K: `worker`'s `unit`-th work unit as (linear tile, first k-tile, end k-tile, stream-K tile).
+
+    Data-parallel units come first (tiles worker, worker + workers, ...: whole tiles, stream-K tile -1);
+    then the tiles of the worker's stream-K range, each cut to the part inside the range. The stream-K
+    tile is the tile's index among the stream-K tiles (its arrival counter, `stream_parts`).
+    """
+    dp_units = stream_dp_units(worker, workers, dp_tiles)
+    tile = worker + unit * workers
+    k_begin = Int32(0)
+    k_end = k_tiles
+    sk_tile = Int32(-1)
+    if unit >= dp_units:
+        begin, end = stream_range(worker, sk_workers, sk_k_tiles)
+        sk_tile = begin // k_tiles + (unit - dp_units)
+        k_begin = cutlass.max(begin - sk_tile * k_tiles, 0)
+        k_end = cutlass.min(end - sk_tile * k_tiles, k_tiles)
+        tile = dp_tiles + sk_tile
+    return tile, k_begin, k_end, sk_tile
+
+
+def stream_parts(sk_tile: Int32, k_tiles, sk_workers: Int32, sk_k_tiles: Int32):
+    """Stream-K: the workers that share stream-K tile `sk_tile`, as (first worker, how many, the slot of
+    the first worker's part). The parts are consecutive workers; each worker keeps at most two parts in
+    the workspace: slot 0 for the tile its range starts in, slot 1 for the tile it ends in (only the
+    first worker of a tile can have started before it, so every later worker's part is in slot 0).
+    Mirrored by `hgemm_sm90.scheduling.stream_parts`."""
+    start = sk_tile * k_tiles
+    first = ((start + 1) * sk_workers - 1) // sk_k_tiles
+    last = ((start + k_tiles) * sk_workers - 1) // sk_k_tiles
+    first_begin = first * sk_k_tiles // sk_workers
+    # 0 if the first worker's range begins at the tile's first k-tile, 1 if before it.
+    return first, last - first + 1, cutlass.min(start - first_begin, 1)
+
+
 def group_rows(seqlens, group: Int32, total_rows: Int32):
     """Grouped GEMM (varlen M): the first row and the end row of `group`, clamped to [0, total_rows] and
     to a non-negative size, so that a malformed `cu_seqlens_m` can never make the kernel touch a row
