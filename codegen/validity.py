@@ -478,29 +478,20 @@ def swap_ab(s: GemmSpec) -> str | None:
 
 @_instance_rule
 def k_split(s: GemmSpec) -> str | None:
-    # Split-K serves problems with too few output tiles, stream-K problems whose tiles fill the last wave
-    # unevenly. The kernel's reduction (the last part of a tile to arrive adds the partials,
-    # gemm_sm90._reduce_partials) is written for one tile per CTA with all consumer warpgroups on it, one
-    # CTA per cluster, and the plain D = alpha * acc epilogue.
-    if s.k_split == KSplit.none:
+    # Split-K serves problems with too few output tiles. The kernel's reduction (the last unit of a tile
+    # to arrive adds the partials, gemm_sm90._reduce_splits) is written for one tile per CTA with all
+    # consumer warpgroups on it, one CTA per cluster, and the plain D = alpha * acc epilogue.
+    if s.k_split != KSplit.split:
         return None
-    what = f"k_split {s.k_split}"
     if s.schedule != Schedule.cooperative:
-        return (
-            f"{what} with the ping-pong schedule: split-K and stream-K run cooperative tiles; use cooperative"
-        )
+        return "k_split split with the ping-pong schedule: split-K runs cooperative tiles; use cooperative"
     if s.cluster != (1, 1):
         return (
-            f"{what} with cluster {s.cluster[0]}x{s.cluster[1]}: split-K and stream-K instances run 1x1 "
-            "clusters (a CTA's k-range is its own, nothing to multicast); use cluster [1, 1]"
+            f"k_split split with cluster {s.cluster[0]}x{s.cluster[1]}: split-K instances run 1x1 "
+            "clusters (a split's few k-tiles gain little from multicast); use cluster [1, 1]"
         )
     if s.has_c:
-        return f"{what} with a C operand: split-K and stream-K compute D = alpha * A @ B^T; drop c_dtype"
-    if s.k_split == KSplit.stream and s.swap_ab:
-        return (
-            "k_split stream with swap_ab: stream-K is built for tiles of M >= 128 rows (few waves, not few "
-            "rows); use k_split split for decode-sized M"
-        )
+        return "k_split split with a C operand: split-K instances compute D = alpha * A @ B^T; drop c_dtype"
     return None
 
 
@@ -523,7 +514,7 @@ def varlen(s: GemmSpec) -> str | None:
     if s.swap_ab:
         return "varlen m with swap_ab: a grouped instance walks each group's row tiles itself; drop swap_ab"
     if s.k_split != KSplit.none:
-        return f"varlen m with k_split {s.k_split}: grouped instances do not split K; use k_split none"
+        return "varlen m with k_split split: grouped instances do not split K; use k_split none"
     if s.has_c and s.c_major != DMajor.n:
         return (
             f"varlen m with c_major {s.c_major}: C is read like D, by the group's rows (row-major); use "

@@ -50,7 +50,7 @@ def workspace_bytes(
     instance_id: str, m: int, n: int, k: int, batch: int = 1, *, k_splits: int | None = None
 ) -> int:
     """Bytes of workspace `launch(instance_id, ..., k_splits=k_splits, workspace=ptr)` needs for an m x n
-    x k problem with `batch` batches: 0 for instances without split-K or stream-K and for a single split. Like
+    x k problem with `batch` batches: 0 for instances without split-K and for a single split. Like
     cuBLASLt's workspace, the caller allocates it (launch never allocates); it must be zeroed before its
     first use, and the kernel leaves it zeroed. Needs no GPU."""
     plan = state.runtime().plan(instance_id)
@@ -93,11 +93,7 @@ def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options)
     alone) and reduce the fp32 partials in a fixed order: the same bits on every run. More than one split
     needs `workspace`: a 16-byte aligned device allocation of at least `workspace_bytes(instance_id, m, n,
     k, batch, k_splits=...)` bytes, zeroed before its first use (the kernel leaves it zeroed again), used
-    by one launch at a time (one workspace per stream). Stream-K instances (`k_split` "stream", id suffix
-    `_streamk`) deal the k-tiles of the last one or two waves' tiles out evenly to the persistent CTAs
-    and reduce shared tiles the same way (the same bits on every run on a given GPU model: the partition
-    follows from the problem and the grid); they take `workspace` likewise (`workspace_bytes` bytes), or
-    `k_splits=1` to run every tile whole without one. Other instances take neither argument.
+    by one launch at a time (one workspace per stream). Other instances take neither argument.
 
     Grouped instances (`varlen` "m", id suffix `_varlenm`; a mixture-of-experts layer in one launch):
     A is m x k with the rows of `num_groups` groups one after another, B holds num_groups n x k matrices
@@ -440,7 +436,7 @@ def _first_call(
     shape = plan.shape(key)
     a, b, d = problem.pointers(iid, ptrs)
     if workspace is not None:
-        if not plan.reduces:
+        if not plan.split:
             raise plan.not_split("workspace")
         workspace = problem.pointer(iid, "workspace", workspace)
     elif shape.workspace_bytes:

@@ -35,9 +35,7 @@ FORMAT = "hgemm-sm90-manifest"
 # 5 (2026-12-01): spec.varlen; grouped (varlen M) records take D as a "tensor" parameter (address,
 # extents, strides: stored from registers, not by TMA), the pointer cu_seqlens_m, the extent g (groups) and
 # the grid rule "grouped_clusters".
-# 6 (2026-12-01): k_split "stream"; stream-K records take the workspace pointer (no k_splits), and their
-# grid rule persistent_clusters counts scheduling.stream_units work units.
-CONTRACT_VERSION = 6
+CONTRACT_VERSION = 5
 ARCH = "sm_90a"
 # Every operand moves through TMA, which needs 16-byte aligned addresses, leading dimensions and batch
 # strides, and whole 16-byte chunks along the contiguous extent (runtime/problem.py checks these).
@@ -507,15 +505,15 @@ def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None)
             f"carry the scales {sorted(scalars)}; the spec's epilogue needs "
             f"{'alpha and beta' if spec.has_c else 'alpha'}",
         )
+    split = spec.k_split == KSplit.split
     named = {p.name for p in params if p.kind in ("i32", "pointer")}
-    for what, wanted in (("k_splits", spec.k_split == KSplit.split), ("workspace", spec.k_split.reduces)):
-        if (what in named) != wanted:
-            r.fail(
-                _at(where, "params"),
-                f"must carry {what} exactly when the spec is "
-                f"{'split-K' if what == 'k_splits' else 'split-K or stream-K'} "
-                f"(k_split {spec.k_split}; parameters name {sorted(named)})",
-            )
+    split_params = {"k_splits", "workspace"}
+    if (split_params <= named) != split or (not split and named & split_params):
+        r.fail(
+            _at(where, "params"),
+            "must carry k_splits and the workspace pointer exactly when the spec is split-K "
+            f"(k_split {spec.k_split}; parameters name {sorted(named)})",
+        )
     grid_rule = r.choice(rec, "grid", where, GRID_RULES)
     for varlen, pointer, rule in (
         (Varlen.m, "cu_seqlens_m", "grouped_clusters"),

@@ -80,11 +80,6 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     resident = max(cluster, usable // cluster * cluster)
     waves = math.ceil(tiles / resident)
     active = min(tiles, resident)
-    stream_k = spec.k_split == KSplit.stream
-    if stream_k:  # every worker busy: whole waves of tiles, then an even share of the rest's k-tiles
-        workers = min(scheduling.stream_units(tiles, steps), resident)
-        dp_tiles, sk_workers, sk_k_tiles = scheduling.stream_partition(tiles, steps, workers)
-        active = workers
 
     a_bytes, b_bytes, d_bytes = spec.a_dtype.bytes, spec.b_dtype.bytes, spec.d_dtype.bytes
     steps = math.ceil(steps / splits)
@@ -106,14 +101,6 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
         epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S
     per_tile = TILE_FILL_S + steps * step + epilogue
     floor = (m * k * a_bytes + n * k * b_bytes + m * n * d_bytes) * batch / HBM_BYTES_PER_S
-    if stream_k:
-        busy = dp_tiles // workers * per_tile
-        if sk_k_tiles:
-            # A worker's range touches up to two shared tiles: each fills the pipeline and writes or
-            # reads fp32 partials (the last part also stores D).
-            partials = 2 * 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S
-            busy += 2 * TILE_FILL_S + math.ceil(sk_k_tiles / sk_workers) * step + epilogue + partials
-        return LAUNCH_S + max(busy, floor)
     return LAUNCH_S + max(waves * per_tile, floor)
 
 

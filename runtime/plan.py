@@ -6,8 +6,7 @@ problem shape, and once per (shape, stream, pdl).
   interleaved with the per-launch values (the descriptors' 8-byte addresses, alpha, beta).
 - Per problem shape (`Shape`, from `prepare`): the validated extents, leading dimensions, batch strides,
   walk order and split count, packed once with zero addresses and scales and cut into those constant
-  chunks; the number of work units (cluster tiles, times the splits under split-K; scheduling.stream_units
-  under stream-K) and the workspace
+  chunks; the number of work units (cluster tiles, times the splits under split-K) and the workspace
   they need; the operands' byte footprints (runtime/problem.py).
 - Per (shape, stream, pdl) (`LaunchEntry`): the kernel loaded in the stream's context, its
   `CUlaunchConfig` with the persistent grid (runtime/scheduling.py) already in it, and the driver's
@@ -32,8 +31,7 @@ from .spec import KSplit, Varlen
 
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
 # The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
-# kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then the split-K or stream-K
-# workspace);
+# kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then split-K's workspace);
 # the one-call writer relies on it.
 _WIDTH = {
     "a": 8,
@@ -51,9 +49,8 @@ _WIDTH = {
 
 class Shape:
     """One validated problem shape: `chunks` (the parameter image's constant bytes between the per-launch
-    values), `total` (work units over all batches: cluster tiles, times the split count under split-K,
-    scheduling.stream_units under stream-K), `workspace_bytes` (what a split-K or stream-K launch needs, 0
-    otherwise) and `footprints` (runtime/overlap.py)."""
+    values), `total` (work units over all batches: cluster tiles, times the split count under split-K),
+    `workspace_bytes` (what a split-K launch needs, 0 otherwise) and `footprints` (runtime/overlap.py)."""
 
     __slots__ = ("chunks", "total", "workspace_bytes", "footprints")
 
@@ -96,10 +93,10 @@ class LaunchEntry:
         self.gathered = plan.gathered  # and the a_idx address
         self.varlen_k = plan.varlen_k  # grouped K: the offsets are cu_seqlens_k
         # Split-K: the launch patches a workspace address (0 when one split needs none).
-        self.takes_workspace, self.workspace_bytes = plan.reduces, shape.workspace_bytes
+        self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
         # The plain form: its parameters are (A, B, D, alpha) alone, so launch() with no options may
         # take it (runtime/api.py).
-        self.plain = not (plan.has_c or plan.reduces or plan.grouped or plan.gathered)
+        self.plain = not (plan.has_c or plan.split or plan.grouped or plan.gathered)
         self.accepted = None  # the last (a, b, d, c) that `accept` passed
         self.plain_buffers = PlainBuffers(rec.param_bytes, rec.param_offsets) if self.plain else None
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
@@ -132,8 +129,6 @@ class LaunchPlan:
         "ops",
         "has_c",
         "split",
-        "stream",
-        "reduces",
         "grouped",
         "gathered",
         "varlen_k",
@@ -151,8 +146,6 @@ class LaunchPlan:
         self.ops = problem.layouts(record.spec)
         self.has_c = record.spec.has_c
         self.split = record.spec.k_split == KSplit.split
-        self.stream = record.spec.k_split == KSplit.stream
-        self.reduces = record.spec.k_split.reduces  # takes a workspace (split-K or stream-K)
         self.grouped = record.spec.varlen != Varlen.none
         self.varlen_k = record.spec.varlen == Varlen.k
         self.gathered = record.spec.gather_a
@@ -164,7 +157,7 @@ class LaunchPlan:
             *record.spec.launch_operands,
             "alpha",
             *(("beta",) if self.has_c else ()),
-            *(("workspace",) if self.reduces else ()),
+            *(("workspace",) if self.split else ()),
             *((("cu_seqlens_k" if self.varlen_k else "cu_seqlens_m"),) if self.grouped else ()),
             *(("a_idx",) if self.gathered else ()),
         )
@@ -268,12 +261,8 @@ class LaunchPlan:
         values["raster_along_m"] = along_m
         values["group_size"] = group if group_size is None else group_size
         splits, workspace_bytes = self._splits(total, values["k"], k_splits)
-        units = total * splits
         if self.split:
             values["k_splits"] = splits
-        if self.stream:
-            units = scheduling.stream_units(total, scheduling.k_tiles(values["k"], rec.spec.tile[2]))
-        if self.reduces:
             values["workspace"] = 0  # patched per launch
         for op in self.ops:
             values[op.name] = 0  # patched per launch
@@ -284,39 +273,21 @@ class LaunchPlan:
             chunks.append(image[end:start])
             end = stop
         chunks.append(image[end:])
-        shape = Shape(tuple(chunks), units, workspace_bytes, overlap.Footprints(self.ops, values))
+        shape = Shape(tuple(chunks), total * splits, workspace_bytes, overlap.Footprints(self.ops, values))
         if len(self.shapes) >= _CACHED_PER_INSTANCE:
             self.shapes.clear()
         self.shapes[key] = shape
         return shape
 
     def _splits(self, tiles: int, k: int, k_splits: int | None) -> tuple[int, int]:
-        """(split count, workspace bytes) of a problem with `tiles` output tiles: (1, 0) unless split-K or
-        stream-K; `k_splits` None takes the default (runtime/scheduling.py). Stream-K takes only
-        k_splits=1 (every tile whole, no workspace) or None (its partition, with a workspace)."""
-        if not self.reduces:
+        """(split count, workspace bytes) of a problem with `tiles` output tiles: (1, 0) unless split-K;
+        `k_splits` None takes the default (runtime/scheduling.py)."""
+        if not self.split:
             if k_splits is not None:
                 raise self.not_split("k_splits")
             return 1, 0
         tile_m, tile_n, tile_k = self.record.spec.tile
         k_tile_count = scheduling.k_tiles(k, tile_k)
-        if self.stream:
-            if k_splits not in (None, 1):
-                raise InvalidArgumentError(
-                    f"k_splits={k_splits} given to a stream-K instance: it deals K out itself",
-                    "drop k_splits (or pass k_splits=1 to run every tile whole, without a workspace)",
-                    self.record.id,
-                )
-            if k_tile_count > scheduling.STREAM_MAX_K_TILES:
-                raise InvalidArgumentError(
-                    f"k={k} is {k_tile_count} k-tiles of {tile_k}: stream-K takes at most "
-                    f"{scheduling.STREAM_MAX_K_TILES} (its int32 partition arithmetic)",
-                    "use an instance without stream-K (id without _streamk), or split K yourself",
-                    self.record.id,
-                )
-            if k_splits == 1:
-                return 1, 0
-            return 1, scheduling.stream_workspace_bytes(tiles, k_tile_count, tile_m, tile_n)
         if k_splits is None:
             k_splits = scheduling.default_k_splits(tiles, k_tile_count)
         elif k_splits > k_tile_count:
@@ -368,18 +339,17 @@ class LaunchPlan:
         others = sorted(
             iid
             for iid, rec in self.catalog.instances.items()
-            if rec.spec.k_split.reduces and ProblemClass.of(rec.spec) == mine
+            if rec.spec.k_split == KSplit.split and ProblemClass.of(rec.spec) == mine
         )
         return InvalidArgumentError(
             f"{what} given, but this instance does not split K (it has no workspace)",
-            "drop it" + (f", or use a split-K or stream-K instance: {', '.join(others)}" if others else ""),
+            "drop it" + (f", or use a split-K instance: {', '.join(others)}" if others else ""),
             self.record.id,
         )
 
     def workspace_missing(self, nbytes: int) -> InvalidArgumentError:
         return InvalidArgumentError(
-            f"this {'stream-K' if self.stream else 'split-K'} launch needs a workspace of {nbytes} bytes but "
-            "workspace is None",
+            f"this split-K launch needs a workspace of {nbytes} bytes but workspace is None",
             "pass workspace=<16-byte aligned device allocation of hgemm_sm90.workspace_bytes(...) bytes, "
             "zeroed before its first use> (or k_splits=1, which needs none)",
             self.record.id,

@@ -66,8 +66,7 @@ def grouped_tiles(cu_seqlens_m, m: int, n: int, tile_m: int, tile_n: int, cluste
 
 
 def persistent_grid(total_units: int, max_active_clusters: int, cluster_m: int, cluster_n: int):
-    """The grid for `total_units` work units: cluster tiles, times the split count under split-K
-    (`stream_units` under stream-K)."""
+    """The grid for `total_units` work units: cluster tiles, times the split count under split-K."""
     clusters = min(total_units, max_active_clusters)
     return (cluster_m * clusters, cluster_n, 1)
 
@@ -101,61 +100,6 @@ def split_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -> 
     if splits <= 1:
         return 0
     return 4 * (SPLIT_COUNTERS + tiles * splits * tile_m * tile_n)
-
-
-# Stream-K (instances with k_split "stream", docs/CONTRACT.md "Stream-K"; the kernel's side is
-# codegen/kernels/tile_scheduler.py `stream_partition` and its neighbours, which these functions mirror).
-# At most STREAM_MAX_WORKERS CTAs (the workspace holds two partial tiles for each), each stream-K range at
-# least STREAM_MIN_K_TILES k-tiles long. The launch refuses a K with more than STREAM_MAX_K_TILES k-tiles:
-# the kernel's int32 arithmetic multiplies k-tile positions by the worker count.
-STREAM_MAX_WORKERS = 132
-STREAM_MIN_K_TILES = 4
-STREAM_MAX_K_TILES = (2**31 - 1) // (2 * STREAM_MAX_WORKERS * STREAM_MAX_WORKERS) - 1
-
-
-def stream_units(tiles: int, k_tile_count: int) -> int:
-    """The work units a stream-K launch sizes its grid with (the grid rule's input): one per k-tile in all,
-    at most STREAM_MAX_WORKERS, so the grid is min(that, max_active_clusters) CTAs, its workers."""
-    return min(min(tiles, STREAM_MAX_WORKERS) * k_tile_count, STREAM_MAX_WORKERS)
-
-
-def stream_partition(tiles: int, k_tile_count: int, workers: int) -> tuple[int, int, int]:
-    """(data-parallel tiles, stream-K workers, stream-K k-tiles): whole waves run data-parallel, except that
-    when the last wave is partial it and the wave before it are dealt out as k-tiles."""
-    full_waves, rest = divmod(tiles, workers)
-    dp_tiles = max(full_waves - (1 if rest else 0), 0) * workers
-    sk_k_tiles = (tiles - dp_tiles) * k_tile_count
-    return dp_tiles, max(min(workers, sk_k_tiles // STREAM_MIN_K_TILES), 1), sk_k_tiles
-
-
-def stream_walk(worker: int, tiles: int, k_tile_count: int, workers: int) -> list[tuple[int, int, int]]:
-    """The (tile, first k-tile, end k-tile) of each work unit of `worker`, in the order the kernel runs
-    them: its data-parallel tiles, then the parts of the tiles its stream-K range touches."""
-    dp_tiles, sk_workers, sk_k_tiles = stream_partition(tiles, k_tile_count, workers)
-    units = [(t, 0, k_tile_count) for t in range(worker, dp_tiles, workers)]
-    lo, hi = min(worker, sk_workers), min(worker + 1, sk_workers)
-    begin, end = lo * sk_k_tiles // sk_workers, hi * sk_k_tiles // sk_workers
-    for t in range(begin // k_tile_count, ceil_div(end, k_tile_count) if end > begin else 0):
-        units.append(
-            (dp_tiles + t, max(begin - t * k_tile_count, 0), min(end - t * k_tile_count, k_tile_count))
-        )
-    return units
-
-
-def stream_parts(sk_tile: int, k_tile_count: int, sk_workers: int, sk_k_tiles: int) -> tuple[int, int, int]:
-    """(first worker, workers sharing the tile, workspace slot of the first worker's part) of stream-K tile
-    `sk_tile`: the workers whose ranges meet it are consecutive; a worker's part of the tile its range
-    begins in is its slot 0, of a later tile its slot 1 (partial 2 * worker + slot)."""
-    start = sk_tile * k_tile_count
-    first = ((start + 1) * sk_workers - 1) // sk_k_tiles
-    last = ((start + k_tile_count) * sk_workers - 1) // sk_k_tiles
-    return first, last - first + 1, min(start - first * sk_k_tiles // sk_workers, 1)
-
-
-def stream_workspace_bytes(tiles: int, k_tile_count: int, tile_m: int, tile_n: int) -> int:
-    """Bytes of workspace a stream-K launch needs: the arrival counters (SPLIT_COUNTERS int32), then two fp32
-    partial tiles per worker (whatever the device's grid, at most `stream_units` workers)."""
-    return 4 * (SPLIT_COUNTERS + 2 * stream_units(tiles, k_tile_count) * tile_m * tile_n)
 
 
 def default_raster(clusters_m: int, clusters_n: int) -> tuple[int, int]:

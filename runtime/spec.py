@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk|_streamk][_varlenm|_varlenk][_gathera]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm|_varlenk][_gathera]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -31,8 +31,6 @@ in that order. Defined today, in order:
                           kernel's, so a 64x8 tile covers 64 columns of N and 8 rows of M)
   `_splitk`               split-K: each output tile's K loop is cut into a launch-time number of ranges,
                           reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
-  `_streamk`              stream-K: the last waves' k-tiles are dealt evenly to the CTAs, tiles shared
-                          by two or more CTAs reduced through a workspace (docs/CONTRACT.md "Stream-K")
   `_varlenm`, `_varlenk`  grouped GEMM with a per-group M, or K (`GemmSpec.varlen`, docs/CONTRACT.md
                           "Grouped GEMM")
   `_gathera`              grouped GEMM whose A rows (varlen M) or K columns (varlen K) are gathered through
@@ -167,19 +165,11 @@ class Schedule(StrEnum):
 
 
 class KSplit(StrEnum):
-    """How an instance divides the K loop of one output tile: not at all; into `k_splits` ranges given
-    at launch (split-K, reduced through a workspace); or stream-K: the k-tiles of the last waves' tiles are
-    dealt evenly to the persistent CTAs, so a CTA may end one tile and start another, and the parts of a
-    tile are reduced through a workspace (docs/KERNEL.md "Stream-K")."""
+    """How an instance divides the K loop of one output tile: not at all, or into `k_splits` ranges given
+    at launch (split-K, reduced through a workspace). ("stream", stream-K, is reserved: not built.)"""
 
     none = "none"
     split = "split"
-    stream = "stream"
-
-    @property
-    def reduces(self) -> bool:
-        """Whether the instance reduces fp32 partial tiles through a caller-given workspace."""
-        return self != KSplit.none
 
 
 class Varlen(StrEnum):
@@ -298,10 +288,7 @@ class GemmSpec:
     `k_split` "split" (split-K, for problems with too few output tiles to fill the GPU): the kernel cuts
     each tile's K loop into `k_splits` ranges (a launch argument), one work unit each, and the last unit
     of a tile to finish adds the fp32 partial sums in a fixed order (deterministic) through a caller-given
-    workspace (`hgemm_sm90.workspace_bytes`). `k_split` "stream" (stream-K, for problems whose tiles fill
-    the GPU unevenly, e.g. 1.2 waves): whole tiles run as usual except in the last one or two waves, whose
-    k-tiles are dealt out evenly to all CTAs; the parts of a tile are added in a fixed order through the
-    same kind of workspace (no launch argument: the partition follows from the problem and the grid).
+    workspace (`hgemm_sm90.workspace_bytes`).
 
     `varlen` "m" (grouped GEMM, e.g. a mixture-of-experts layer in one launch): A is (total M) x K with
     the rows of G groups concatenated, B is G x N x K, D is (total M) x N; group g computes its rows
@@ -596,9 +583,9 @@ _SUFFIXES = (
         lambda tok: {"swap_ab": True} if tok == "swapab" else None,
     ),
     (
-        "split-K or stream-K",
-        lambda s: {KSplit.split: "splitk", KSplit.stream: "streamk"}.get(s.k_split),
-        lambda tok: {"splitk": {"k_split": KSplit.split}, "streamk": {"k_split": KSplit.stream}}.get(tok),
+        "split-K",
+        lambda s: "splitk" if s.k_split == KSplit.split else None,
+        lambda tok: {"k_split": KSplit.split} if tok == "splitk" else None,
     ),
     (
         "grouped (variable M per group)",
@@ -612,7 +599,7 @@ _SUFFIXES = (
     ),
 )
 _SUFFIX_ORDER = (
-    "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk or _streamk, then _varlenm or _varlenk, "
+    "_c{c_dtype}{c_major}, then _fastacc, then _swapab, then _splitk, then _varlenm or _varlenk, "
     "then _gathera"
 )
 
@@ -632,5 +619,5 @@ REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
-    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk|_streamk][_varlenm|_varlenk][_gathera]"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm|_varlenk][_gathera]"
 )

@@ -5,7 +5,7 @@ One zeroed device allocation of `CAPACITY` bytes per stream (and, for the defaul
 made on the first split-K call on that stream and kept for the life of the process: a kernel in flight,
 or a CUDA graph captured with its address, may use it at any later time, so it is never freed or moved.
 It is zeroed with cuMemsetD32Async on the stream itself, so the first kernel finds its arrival counters
-at 0 (every split-K launch leaves them at 0 again, codegen/kernels/gemm_sm90.py `_reduce_partials`). Split-K
+at 0 (every split-K launch leaves them at 0 again, codegen/kernels/gemm_sm90.py `_reduce_splits`). Split-K
 launches on one stream run one after another, so one workspace serves them all.
 
 While a stream is being captured into a CUDA graph no workspace is created for it (allocating is illegal
@@ -24,9 +24,7 @@ import threading
 from .device import DEFAULT_STREAMS
 from .driver import check, handle
 
-# bytes: stream-K's 132 workers x 2 partial tiles of 128 x 256 fp32 (33 MiB) and the counters, with room
-# to spare (split-K's default counts need at most 132 units of 128 x 128: 8.4 MiB)
-CAPACITY = 40 << 20
+CAPACITY = 16 << 20  # bytes: 132 units of 128 x 128 fp32 partials (8.4 MiB) with room to spare
 
 _lock = threading.Lock()
 

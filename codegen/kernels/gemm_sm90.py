@@ -23,7 +23,7 @@ Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
 - Persistent: a grid of at most `max_active_clusters` clusters walks all output tiles (tile_scheduler.py).
 - Split-K (`KernelConfig.k_split`): the walk is over work units, `k_splits` per tile, each a contiguous
   range of the tile's k-tiles; the tile's last unit to finish sums the fp32 partials from a workspace in a
-  fixed order and stores the tile (`HopperGemm._reduce_partials`; docs/KERNEL.md).
+  fixed order and stores the tile (`HopperGemm._reduce_splits`; docs/KERNEL.md).
 - Grouped GEMM (`KernelConfig.varlen_m`, `gather_a`, `varlen_k`): one launch for G groups whose M or K
   differs, with the sizes read on the device; the walk over groups, the grouped producers and the
   k-tile trims are in grouped.py (`GroupedWalks`, which `HopperGemm` inherits); the row-bounded store of
@@ -51,8 +51,6 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
-from cutlass._mlir import ir
-from cutlass._mlir.dialects import vector
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
@@ -60,38 +58,7 @@ from runtime.scheduling import SPLIT_COUNTERS
 
 from .barriers import EPI_TURN_BARRIER, EPILOGUE_BARRIER, MMA_TURN_BARRIER, THREADS_PER_WARPGROUP
 from .grouped import GroupedWalks
-from .tile_scheduler import (
-    STREAM_MAX_WORKERS,
-    cluster_tile_coord,
-    split_unit,
-    stream_dp_units,
-    stream_partition,
-    stream_parts,
-    stream_unit,
-    stream_units,
-    varlen_locate,
-)
-
-# Split-K and stream-K partials move in 16-byte vectors: four consecutive accumulator registers of a thread
-# per access (one instruction instead of four; a warp's access is 512 contiguous bytes).
-PARTIAL_VECTOR = 4
-
-
-def _store_partial(ptr, values):
-    """st.global.cg.v4.f32 of four fp32 values at a 16-byte aligned address (L2: read by another SM)."""
-    vec = vector.from_elements(
-        ir.VectorType.get([PARTIAL_VECTOR], Float32.mlir_type), [v.ir_value() for v in values]
-    )
-    cute.arch.store(ptr, vec, cop="cg")
-
-
-def _load_partial(ptr):
-    """ld.global.cg.v4.f32 of four fp32 values at a 16-byte aligned address, as a tuple."""
-    vec = cute.arch.load(ptr, ir.VectorType.get([PARTIAL_VECTOR], Float32.mlir_type), cop="cg")
-    return tuple(
-        Float32(vector.extract(vec, dynamic_position=[], static_position=[i])) for i in range(PARTIAL_VECTOR)
-    )
-
+from .tile_scheduler import cluster_tile_coord, split_unit, varlen_locate
 
 # The producer issues griddepcontrol.wait before its first load (and every other global access follows
 # one of its loads), so a launch with programmatic stream serialization cannot read stale data. Recorded
@@ -126,12 +93,8 @@ class KernelConfig:
     k_acc_buffers: int = 0
     # Split-K (cooperative, 1x1 clusters): the host entry takes `k_splits` and a workspace pointer; each
     # output tile's k-tiles are cut into `k_splits` contiguous ranges, one work unit each, reduced in a
-    # fixed order by the unit that finishes last (`HopperGemm._reduce_partials`).
+    # fixed order by the unit that finishes last (`HopperGemm._reduce_splits`).
     k_split: bool = False
-    # Stream-K (cooperative, 1x1 clusters): the host entry takes a workspace pointer; the tiles of the last
-    # one or two waves have their k-tiles dealt evenly to the persistent CTAs (tile_scheduler.
-    # stream_partition), and a tile shared by several CTAs is reduced like a split-K tile.
-    stream_k: bool = False
     # Grouped GEMM, variable M per group: the host entry takes `cu_seqlens_m` (int32[G + 1] row offsets, a
     # device pointer); B's batch mode counts the groups; A and D hold all groups' rows, and each D
     # sub-tile goes from its staging buffer to global memory in 16-byte vectors with the group's row
@@ -206,8 +169,6 @@ def make_gemm(config: KernelConfig) -> "HopperGemm":
     with_c = config.c_dtype is not None
     if config.k_split:
         return HopperGemmSplitK(config)
-    if config.stream_k:
-        return HopperGemmStreamK(config)
     if config.varlen_m and config.gather_a:
         return (HopperGemmGatherAWithC if with_c else HopperGemmGatherA)(config)
     if config.varlen_m:
@@ -255,8 +216,6 @@ class HopperGemm(GroupedWalks):
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
         self.k_split = config.k_split
-        self.stream_k = config.stream_k
-        self.reduces = config.k_split or config.stream_k  # fp32 partial tiles through a workspace
         self.varlen_m = config.varlen_m
         self.varlen_k = config.varlen_k
         self.gather_a = config.gather_a
@@ -375,12 +334,6 @@ class HopperGemm(GroupedWalks):
         if cutlass.const_expr(self.k_split):
             k_tiles = (cute.size(mA, mode=[1]) + self.tile_mnk[2] - 1) // self.tile_mnk[2]
             work_units = cluster_tiles * cutlass.max(cutlass.min(k_splits, k_tiles), 1)
-        if cutlass.const_expr(self.stream_k):
-            # As many workers as there are k-tiles in all, up to STREAM_MAX_WORKERS (the workspace's slots).
-            k_tiles = (cute.size(mA, mode=[1]) + self.tile_mnk[2] - 1) // self.tile_mnk[2]
-            work_units = cutlass.min(
-                cutlass.min(cluster_tiles, STREAM_MAX_WORKERS) * k_tiles, STREAM_MAX_WORKERS
-            )
         num_clusters = cutlass.min(work_units, max_active_clusters)
 
         # Shared memory: the A/B ring's full/empty mbarriers, the C buffers' mbarriers (if C is read), then
@@ -398,7 +351,7 @@ class HopperGemm(GroupedWalks):
         fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
         if cutlass.const_expr(mC is not None):
             fields["sC"] = buffer(self.c_dtype, c_smem_staged)
-        if cutlass.const_expr(self.reduces):
+        if cutlass.const_expr(self.k_split):
             fields["split_arrivals"] = cute.struct.MemRange[Int32, 1]  # broadcast of the arrival count
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
@@ -602,19 +555,8 @@ class HopperGemm(GroupedWalks):
         split_arrivals = None
         if cutlass.const_expr(self.k_split):
             splits = cutlass.max(cutlass.min(k_splits, k_tile_cnt), 1)
-        if cutlass.const_expr(self.reduces):
             split_arrivals = storage.split_arrivals.data_ptr()
         work_units = cluster_tiles * splits
-        # Stream-K: this CTA's work units (whole tiles, then the tiles its stream-K range touches).
-        stream = None
-        if cutlass.const_expr(self.stream_k):
-            dp_tiles, sk_workers, sk_k_tiles = stream_partition(cluster_tiles, k_tile_cnt, num_clusters)
-            if workspace.toint() == 0:
-                # No workspace (k_splits=1 at launch): every tile whole, nothing to reduce.
-                dp_tiles = cluster_tiles
-                sk_k_tiles = Int32(0)
-            stream = (dp_tiles, sk_workers, sk_k_tiles)
-            work_units = stream_units(cluster_id, num_clusters, dp_tiles, sk_workers, sk_k_tiles, k_tile_cnt)
         # Grouped (varlen M): the groups' row offsets, int32[G + 1] (G = B's batch extent).
         seqlens = None
         if cutlass.const_expr(self.varlen_m):
@@ -737,21 +679,11 @@ class HopperGemm(GroupedWalks):
                     group_size,
                 )
             else:
-                # The walk: unit `linear` of `work_units`, every `num_clusters`-th from this cluster's;
-                # under stream-K `work_units` are this CTA's own, walked one by one.
                 linear = cluster_id
-                unit_stride = num_clusters
-                if cutlass.const_expr(self.stream_k):
-                    linear = Int32(0)
-                    unit_stride = 1
                 while linear < work_units:
                     tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
                     if cutlass.const_expr(self.k_split):
                         tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
-                    if cutlass.const_expr(self.stream_k):
-                        tile_linear, k_begin, k_end, _ = stream_unit(
-                            cluster_id, linear, num_clusters, *stream, k_tile_cnt
-                        )
                     ctile_m, ctile_n, batch = cluster_tile_coord(
                         tile_linear, clusters_m, clusters_n, raster_along_m, group_size
                     )
@@ -771,7 +703,7 @@ class HopperGemm(GroupedWalks):
                         k_begin,
                         k_end,
                     )
-                    linear += unit_stride
+                    linear += num_clusters
             # Do not exit while peers may still multicast into / release to this CTA's stages.
             ab_pipeline.producer_tail(producer_state)
 
@@ -794,9 +726,8 @@ class HopperGemm(GroupedWalks):
                 gD_mnl,
                 gC_mnl,
                 k_tile_cnt,
-                work_units,
+                cluster_tiles,
                 splits,
-                stream,
                 workspace,
                 split_arrivals,
                 seqlens,
@@ -873,9 +804,8 @@ class HopperGemm(GroupedWalks):
         gD_mnl: cute.Tensor,
         gC_mnl,
         k_tile_cnt: Int32,
-        work_units: Int32,
+        cluster_tiles: Int32,
         splits,
-        stream,
         workspace,
         split_arrivals,
         seqlens,
@@ -959,10 +889,7 @@ class HopperGemm(GroupedWalks):
         group, first_tile = Int32(0), Int32(0)
         num_groups, total_rows = Int32(0), Int32(0)
         rows_per_cluster_tile = self.tile_mnk[0] * cm
-        if cutlass.const_expr(self.stream_k):
-            linear = Int32(0)  # this CTA's own units, one by one (the producer walks the same)
-            tile_stride = 1
-        more = linear < work_units
+        more = linear < cluster_tiles * splits
         if cutlass.const_expr(self.varlen_m):
             num_groups = cute.size(seqlens) - 1
             total_rows = cute.size(mD_mnl, mode=[0])
@@ -974,11 +901,6 @@ class HopperGemm(GroupedWalks):
             tile_linear, split, k_begin, k_end = linear, 0, 0, k_tile_cnt
             if cutlass.const_expr(self.k_split):
                 tile_linear, split, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
-            sk_tile = Int32(-1)
-            if cutlass.const_expr(self.stream_k):
-                tile_linear, k_begin, k_end, sk_tile = stream_unit(
-                    cluster_id, linear, num_clusters, *stream, k_tile_cnt
-                )
             row_first, row_end = Int32(0), Int32(0)
             if cutlass.const_expr(self.varlen_m):
                 tile_m, tile_n, row_first, row_end = self._grouped_tile(
@@ -1043,48 +965,15 @@ class HopperGemm(GroupedWalks):
                     epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl, mC_mnl, row_first, row_end
                 )
             elif cutlass.const_expr(self.k_split):
-                # Only the tile's last unit to finish holds the whole sum; the others are done. Split s
-                # of tile t is partial t * S + s, and the tile's counter is t.
-                first = tile_linear * splits
-                if self._reduce_partials(
+                # Only the tile's last unit to finish holds the whole sum; the others are done.
+                if self._reduce_splits(
                     epi,
                     accumulators,
                     workspace,
                     split_arrivals,
                     tile_linear,
-                    first + split,
-                    first,
-                    first + 1,
-                    1,
+                    split,
                     splits,
-                    tidx % self.tile_threads,
-                ):
-                    epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
-            elif cutlass.const_expr(self.stream_k):
-                # A whole tile (data-parallel, or all of it inside this CTA's range) is stored at once;
-                # a shared one by the last of its workers to finish. Worker w keeps its parts in partials
-                # 2w (the tile its range begins in) and 2w + 1 (the tile it ends in): tile_scheduler.
-                # stream_parts. The tile's counter is its stream-K index.
-                parts, mine, first, rest, counter = Int32(1), Int32(0), Int32(0), Int32(0), Int32(0)
-                if sk_tile >= 0:
-                    first_worker, parts, first_slot = stream_parts(sk_tile, k_tile_cnt, stream[1], stream[2])
-                    # Slot 0 for the first stream-K unit of this CTA (its range begins in that tile).
-                    dp_units = stream_dp_units(cluster_id, num_clusters, stream[0])
-                    mine = 2 * cluster_id + cutlass.min(linear - dp_units, 1)
-                    first = 2 * first_worker + first_slot
-                    rest = 2 * first_worker + 2
-                    counter = sk_tile
-                if self._reduce_partials(
-                    epi,
-                    accumulators,
-                    workspace,
-                    split_arrivals,
-                    counter,
-                    mine,
-                    first,
-                    rest,
-                    2,
-                    parts,
                     tidx % self.tile_threads,
                 ):
                     epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
@@ -1112,7 +1001,7 @@ class HopperGemm(GroupedWalks):
                 )
                 more = group < num_groups
             else:
-                more = linear < work_units
+                more = linear < cluster_tiles * splits
 
         # Drain outstanding TMA stores before the CTA exits.
         self._drain_stores(epi)
@@ -1405,72 +1294,60 @@ class HopperGemm(GroupedWalks):
                     cute.autovec_copy(staged[(None, i, j)], g_sub[(None, i, j)])
 
     @cute.jit
-    def _reduce_partials(
+    def _reduce_splits(
         self,
         epi: EpilogueContext,
         accumulators: cute.Tensor,
         workspace,
         split_arrivals,
-        counter: Int32,
-        mine: Int32,
-        first: Int32,
-        rest: Int32,
-        rest_step: int,
-        parts: Int32,
+        tile_linear: Int32,
+        split: Int32,
+        splits: Int32,
         tile_tidx: Int32,
     ):
-        """Split-K and stream-K: publish this unit's fp32 partial sum of a tile computed in `parts` parts
-        and count its arrival; the tile's last part to arrive sums all partials into `accumulators` and
-        returns True (it stores the tile), the others return False. With one part there is nothing to
-        reduce (True, the workspace is not touched).
+        """Split-K: publish this unit's fp32 partial sum and count its arrival; the tile's last unit to
+        arrive sums all partials into `accumulators` and returns True (it stores the tile), the others
+        return False. With one split there is nothing to reduce (True, the workspace is not touched).
 
-        The parts are workspace partials `first`, then `rest`, `rest + rest_step`, ... (`parts - 1` of
-        them); this unit's is `mine`; the tile's arrival counter is `counter`. Deterministic: every partial
-        goes through the workspace and the last arriver adds them in that fixed order, so the bits do not
-        depend on which part finishes last. Workspace layout (runtime/scheduling.py sizes it for
-        `workspace_bytes`): SPLIT_COUNTERS int32 arrival counters (a fixed block, so that no problem's
-        partials land on another problem's counters), then the partials, each as `[register // 4][tile
-        thread][register % 4]` fp32: a thread moves four registers per 16-byte access, and a warp's
-        accesses are contiguous. The last arriver
-        resets the tile's counter to 0, so a workspace stays ready for the next launch of any shape (it
-        must be zero before its first use).
+        Deterministic: every partial goes through the workspace and the last arriver adds them in split
+        order 0, 1, ..., S-1, so the bits do not depend on which unit finishes last. Workspace layout
+        (runtime/scheduling.py sizes it for `workspace_bytes`): SPLIT_COUNTERS int32 arrival counters, one
+        per tile (a fixed block, so that no problem's partials land on another problem's counters), then
+        the partials, unit by unit (tile-major, then split), each as `[accumulator register][tile
+        thread]` fp32 so that a warp's stores and loads are coalesced. The last arriver resets its tile's
+        counter to 0, so a workspace stays ready for the next launch of any shape (it must be zero before
+        its first use).
         """
         is_last = cutlass.Boolean(True)
-        if parts > 1:
+        if splits > 1:
             values = cute.size(accumulators)
             unit_words = values * self.tile_threads
-            # Vector q of this thread: registers 4q .. 4q + 3, at word (q * tile threads + thread) * 4.
-            stride = PARTIAL_VECTOR * self.tile_threads
             counters = cute.recast_ptr(workspace, dtype=Int32)
-            partials = workspace + SPLIT_COUNTERS + tile_tidx * PARTIAL_VECTOR
-            own = partials + mine * unit_words
-            for q in cutlass.range_constexpr(values // PARTIAL_VECTOR):
-                regs = [accumulators[q * PARTIAL_VECTOR + i] for i in range(PARTIAL_VECTOR)]
-                _store_partial(own + q * stride, regs)
+            partials = workspace + SPLIT_COUNTERS + tile_linear * splits * unit_words
+            mine = partials + split * unit_words + tile_tidx
+            for v in cutlass.range_constexpr(values):
+                cute.arch.store(mine + v * self.tile_threads, accumulators[v], cop="cg")
             # Release: every thread's partial is visible GPU-wide before the tile's arrival is counted.
             cute.arch.fence_acq_rel_gpu()
             epi.barrier.arrive_and_wait()
             if tile_tidx == 0:
-                arrived = cute.arch.atomic_add(counters + counter, Int32(1), sem="acq_rel", scope="gpu")
+                arrived = cute.arch.atomic_add(counters + tile_linear, Int32(1), sem="acq_rel", scope="gpu")
                 split_arrivals[0] = arrived
-                if arrived == parts - 1:
-                    counters[counter] = Int32(0)  # every part of this tile has arrived
+                if arrived == splits - 1:
+                    counters[tile_linear] = Int32(0)  # every unit of this tile has arrived
             epi.barrier.arrive_and_wait()
-            is_last = split_arrivals[0] == parts - 1
+            is_last = split_arrivals[0] == splits - 1
             if is_last:
-                cute.arch.fence_acq_rel_gpu()  # acquire: the other parts' partials
-                head = partials + first * unit_words
-                for q in cutlass.range_constexpr(values // PARTIAL_VECTOR):
-                    got = _load_partial(head + q * stride)
-                    for i in cutlass.range_constexpr(PARTIAL_VECTOR):
-                        accumulators[q * PARTIAL_VECTOR + i] = got[i]
-                for j in range(parts - 1):
-                    part = partials + (rest + j * rest_step) * unit_words
-                    for q in cutlass.range_constexpr(values // PARTIAL_VECTOR):
-                        got = _load_partial(part + q * stride)
-                        for i in cutlass.range_constexpr(PARTIAL_VECTOR):
-                            v = q * PARTIAL_VECTOR + i
-                            accumulators[v] = accumulators[v] + got[i]
+                cute.arch.fence_acq_rel_gpu()  # acquire: the other units' partials
+                first = partials + tile_tidx
+                for v in cutlass.range_constexpr(values):
+                    accumulators[v] = cute.arch.load(first + v * self.tile_threads, Float32, cop="cg")
+                for j in range(1, splits):
+                    part = first + j * unit_words
+                    for v in cutlass.range_constexpr(values):
+                        accumulators[v] = accumulators[v] + cute.arch.load(
+                            part + v * self.tile_threads, Float32, cop="cg"
+                        )
         return is_last
 
     @staticmethod
@@ -1713,7 +1590,7 @@ class HopperGemmWithC(HopperGemm):
 class HopperGemmSplitK(HopperGemm):
     """The kernel with split-K: each output tile's k-tiles are cut into `k_splits` ranges (clamped to 1 ..
     k-tiles), each a work unit of the persistent walk, reduced through `workspace` (fp32, 16-byte aligned;
-    `HopperGemm._reduce_partials` gives its layout). D = alpha * A @ B^T (no C)."""
+    `HopperGemm._reduce_splits` gives its layout). D = alpha * A @ B^T (no C)."""
 
     @cute.jit
     def __call__(
@@ -1742,39 +1619,6 @@ class HopperGemmSplitK(HopperGemm):
             stream,
             k_splits,
             workspace,
-        )
-
-
-class HopperGemmStreamK(HopperGemm):
-    """The kernel with stream-K: the last one or two waves' tiles have their k-tiles dealt evenly to the
-    persistent CTAs (tile_scheduler.stream_partition), tiles shared by several CTAs reduced through
-    `workspace` (fp32, 16-byte aligned; `HopperGemm._reduce_partials`). D = alpha * A @ B^T (no C)."""
-
-    @cute.jit
-    def __call__(
-        self,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mD: cute.Tensor,
-        alpha: Float32,
-        raster_along_m: Int32,
-        group_size: Int32,
-        max_active_clusters: Int32,
-        workspace: cute.Pointer,
-        stream: cuda.CUstream,
-    ):
-        self._launch(
-            mA,
-            mB,
-            mD,
-            None,
-            alpha,
-            None,
-            raster_along_m,
-            group_size,
-            max_active_clusters,
-            stream,
-            workspace=workspace,
         )
 
 

@@ -84,7 +84,7 @@ def required_features(inst) -> set[tuple]:
         ("D element bytes", inst.d_dtype.bytes),  # the epilogue's shared-memory staging width
         ("C", f"{inst.c_major}-major C" if inst.has_c else "no C"),  # the epilogue reads C (and how)
         ("swap-AB", bool(getattr(inst, "swap_ab", False))),  # the transposed problem's descriptors
-        ("k split", str(getattr(inst, "k_split", "none"))),  # split-/stream-K: workspace partials, counters
+        ("k split", str(getattr(inst, "k_split", "none"))),  # split-K: workspace partials and counters
     }
     if inst.has_c and (inst.c_dtype, inst.c_major) != (inst.d_dtype, inst.d_major):
         out.add(("C", "C unlike D (dtype or major)"))  # C staged apart from D
@@ -283,11 +283,6 @@ def run(shape: Shape, ids: list[str]) -> int:
             # that do not divide it, so units of one tile arrive in either order and the reduction runs.
             case = g.Case("sanitizer_split", 40, 1000, 13 * inst.tile[2] + 8, batch=2, pad_ld=1, pad_batch=1)
             overrides["k_splits"] = 3
-        if getattr(inst, "k_split", "none") == "stream":
-            # 3 x 8 tiles of 14 k-tiles (the last partial) on 132 workers: all stream-K, each range of 4
-            # k-tiles, so every tile is shared by three or four workers and the reduction runs.
-            rows, cols = inst.problem_tile
-            case = g.Case("sanitizer_stream", 3 * rows - 7, 8 * cols - 24, 13 * inst.tile[2] + 8, pad_ld=1)
         try:
             gen = torch.Generator(device=g.DEVICE).manual_seed(zlib.crc32(f"sanitizer-{iid}".encode()))
             p = g.make_problem(inst, case, gen)

@@ -105,8 +105,7 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
         split = spec.k_split == "split"
         i32 = {"raster_along_m", "group_size", *(("k_splits",) if split else ())}
         assert {p.name for p in rec.params if p.kind == "i32"} == i32
-        reduces = spec.k_split in ("split", "stream")
-        pointers = {"workspace"} if reduces else {"cu_seqlens_m"} if spec.varlen_m else set()
+        pointers = {"workspace"} if split else {"cu_seqlens_m"} if spec.varlen_m else set()
         pointers |= {"cu_seqlens_k"} if spec.varlen_k else set()
         pointers |= {"a_idx"} if spec.gather_a else set()
         assert {p.name for p in rec.params if p.kind == "pointer"} == pointers
@@ -151,9 +150,7 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
             for name in ("alpha", "beta", "raster_along_m", "group_size"):
                 values[name] = pr[name]
             if spec.k_split == "split":
-                values["k_splits"] = pr["k_splits"]
-            if spec.k_split in ("split", "stream"):
-                values["workspace"] = pr["workspace"]
+                values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
             if spec.varlen_m:
                 values["cu_seqlens_m"] = pr["cu_seqlens_m"]
             if spec.varlen_k:
@@ -193,8 +190,6 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values["m"], values["n"], values["l"], *spec.problem_tile, *rec.cluster[:2]
             )
             total *= values.get("k_splits", 1)
-            if spec.k_split == "stream":
-                total = scheduling.stream_units(total, scheduling.k_tiles(values["k"], spec.tile[2]))
             if spec.varlen_m:
                 total = scheduling.grouped_cluster_tiles(
                     values["m"], values["n"], values["g"], *spec.problem_tile, *rec.cluster[:2]

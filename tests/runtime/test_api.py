@@ -61,8 +61,6 @@ def _expect(man, iid, values, clusters=66):
         values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
     )
     total *= values.get("k_splits", 1)  # split-K: one work unit per split of each tile
-    if rec.spec.k_split == "stream":  # stream-K: a worker per k-tile, at most 132
-        total = scheduling.stream_units(total, scheduling.k_tiles(values["k"], rec.spec.tile[2]))
     if rec.spec.varlen_m:  # grouped: a bound from the total rows and the group count
         total = scheduling.grouped_cluster_tiles(
             values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.cluster[:2]
@@ -120,7 +118,6 @@ def _values(
         k_tile_count = scheduling.k_tiles(k, rec.spec.tile[2])
         default = scheduling.default_k_splits(cm * cn * batch, k_tile_count)
         values["k_splits"] = default if k_splits is None else k_splits
-    if rec.spec.k_split in ("split", "stream"):
         values["workspace"] = workspace or 0
     return values
 
@@ -193,7 +190,7 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                 ((A + 16 * rng.randint(1, 999), B + 64, D + 1024), C + 4096, 0.1, -2.5 if has_c else 0.0),
             ]
             for ptrs, c, alpha, beta in calls:
-                ws = W + 16 * len(fake.launches) if rec.spec.k_split in ("split", "stream") else None
+                ws = W + 16 * len(fake.launches) if rec.spec.k_split == "split" else None
                 cu = S + 4 * len(fake.launches) if groups is not None else None
                 idx = S + 0x1000 + 4 * len(fake.launches) if a_rows is not None else None
                 runtime.launch(
@@ -254,9 +251,7 @@ def test_the_plain_form_sends_the_same_bytes_as_the_general_path(ci, fake):
                     outcome.append(str(e))
             ours, general = outcome
             if isinstance(ours, str):
-                assert ours == general and (
-                    rec.spec.has_c or rec.spec.varlen != "none" or rec.spec.k_split == "stream"
-                ), ours
+                assert ours == general and (rec.spec.has_c or rec.spec.varlen != "none"), ours
                 continue
             want, grid = _expect(ci, iid, _values(rec, ptrs, 304, 208, 128))
             _assert_sent(ours, rec, want)
@@ -802,59 +797,11 @@ def test_bad_split_k_input_raises_before_launching(ci, fake, kw, message):
         fake.launches.clear()
 
 
-def _stream(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.k_split == "stream"]
-    assert ids, "the ci profile must hold a stream-K instance (kernel_specs.yaml)"
-    return ids[0]
-
-
-def test_stream_k_sends_its_workspace_and_sizes_the_grid_by_workers(ci, fake):
-    iid = _stream(ci)
-    rec = ci.record(iid)
-    fake.param_sizes = tuple(p.size for p in rec.params)
-    tile_m, tile_n, tile_k = rec.spec.tile
-    # (tiles, k-tiles): 1 tile of 2 k-tiles (2 workers), 1 x 19 tiles of 9, 2 x 70 of 30 (more than the
-    # fake device's 66 resident CTAs); the grid is min(stream_units, resident CTAs).
-    for m, n, k_tiles in ((tile_m, tile_n, 2), (100, 19 * tile_n, 9), (2 * tile_m, 70 * tile_n - 8, 30)):
-        k = k_tiles * tile_k - 8
-        tiles = scheduling.cluster_tiles(m, n, 1, tile_m, tile_n, 1, 1)[2]
-        nbytes = runtime.workspace_bytes(iid, m, n, k)
-        units = min(tiles * k_tiles, 132)
-        assert nbytes == 4 * (4096 + 2 * units * tile_m * tile_n)  # counters, two partials per worker
-        for k_splits, ws in ((None, W), (1, None)):
-            runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, k_splits=k_splits, workspace=ws)
-            values = _values(rec, (A, B, D), m, n, k, workspace=ws)
-            want, grid = _expect(ci, iid, values)
-            got = fake.launches[-1]
-            _assert_sent(got, rec, want)
-            assert got.grid == grid == (min(units, 66), 1, 1)
-        assert runtime.workspace_bytes(iid, m, n, k, k_splits=1) == 0
-
-
-@pytest.mark.parametrize(
-    ("kw", "message"),
-    [
-        ({"k_splits": 2, "workspace": W}, r"k_splits=2 given to a stream-K instance"),
-        ({"workspace": None}, r"this stream-K launch needs a workspace of \d+ bytes but workspace is None"),
-        ({"workspace": W + 8}, r"pointer workspace=0x7f5000000008 is not a 16-byte aligned"),
-        ({"k": 61624 * 64, "workspace": W}, r"stream-K takes at most 61623"),
-    ],
-)
-def test_bad_stream_k_input_raises_before_launching(ci, fake, kw, message):
-    iid = _stream(ci)
-    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
-    kw = {"k": 640, **kw}
-    for _ in range(2):  # also once the shape is cached
-        with pytest.raises(runtime.InvalidArgumentError, match=message):
-            runtime.launch(iid, (A, B, D), 0, m=300, n=1000, **kw)
-        assert not fake.launches
-
-
 def test_instances_without_split_k_refuse_its_arguments(ci, fake):
     iid = _plain(ci)
     fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
     for kw in ({"k_splits": 2}, {"workspace": W}):
-        with pytest.raises(runtime.InvalidArgumentError, match=r"does not split K .*_streamk.*_splitk"):
+        with pytest.raises(runtime.InvalidArgumentError, match=r"does not split K .*_splitk"):
             runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64, **kw)
     assert not fake.launches
     assert runtime.workspace_bytes(iid, 256, 256, 64) == 0

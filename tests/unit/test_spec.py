@@ -316,7 +316,7 @@ FAILING = {
     # 98304 B per A/B stage next to 32768 B of fp32 D and 32768 B of fp32 C: one stage
     "smem": ({"tile": [256, 128, 128], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, "need 2"),
     "swap_ab": ({"tile": [64, 8], "swap_ab": True}, "swap-AB instances run 1x1 clusters"),
-    "k_split": ({"k_split": "split"}, "split-K and stream-K instances run 1x1 clusters"),
+    "k_split": ({"k_split": "split"}, "split-K instances run 1x1 clusters"),
     "varlen": ({"varlen": "m", "d_major": "m"}, "grouped instances take row-major A and D"),
     "gather_a": ({"gather_a": True}, "gathered A belongs to grouped instances"),
 }
