@@ -46,14 +46,15 @@ __all__ = [
 ]
 
 
-# name -> the submodule that defines it
+# name -> the submodule that defines it. A submodule is never named like its function: importing it would
+# set the package attribute of that name to the module (tests/runtime/test_package_api.py).
 _API = {
     "Instance": "api",
     "instances": "api",
     "launch": "api",
     "workspace_bytes": "api",
     "gemm": "array_gemm",
-    "grouped_gemm": "grouped_gemm",
+    "grouped_gemm": "grouped_array_gemm",
     "select": "dispatch",
     "select_grouped": "dispatch",
     "Choice": "dispatch",

@@ -15,7 +15,7 @@ from runtime.dispatch import Choice
 from runtime.errors import InvalidArgumentError
 from runtime.spec import DType
 
-grouped_module = importlib.import_module("runtime.grouped_gemm")
+grouped_module = importlib.import_module("runtime.grouped_array_gemm")
 OFFSETS = 0x7E00_0000_0000  # device addresses given as ints (grouped_gemm passes them on unchecked)
 INDICES = 0x7E00_0001_0000
 F16 = DType.fp16
