@@ -1,4 +1,4 @@
-"""torch operators for hgemm_sm90's GEMM: ``torch.ops.hgemm_sm90.{gemm, mm, addmm, bmm, gemm_out}``.
+"""torch operators for hgemm_sm90: ``torch.ops.hgemm_sm90.{gemm, mm, addmm, bmm, gemm_out, grouped_mm}``.
 
 Use::
 
@@ -25,6 +25,8 @@ The operators and their schemas::
         bool fp16_accum=False) -> Tensor
     gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? c=None, float alpha=1.0, float beta=0.0,
              bool fp8_fast_accum=False, bool fp16_accum=False) -> ()
+    grouped_mm(Tensor a, Tensor b, Tensor offs, Tensor? a_idx=None, *, bool fp8_fast_accum=False,
+               ScalarType? out_dtype=None) -> Tensor
 
 All compute ``alpha * a @ b + beta * c`` with `hgemm_sm90.gemm` (dispatch picks the kernel instance):
 
@@ -52,6 +54,11 @@ All compute ``alpha * a @ b + beta * c`` with `hgemm_sm90.gemm` (dispatch picks 
 - ``fp16_accum=True`` (fp16 a and b only) asks for an instance that accumulates in fp16, as
   `hgemm_sm90.gemm`'s option of the same name: faster on large problems, with an error that grows with
   K; never chosen otherwise.
+- ``grouped_mm`` is `hgemm_sm90.grouped_gemm` (one launch for a mixture-of-experts layer): ``offs`` is the
+  int32 CUDA tensor of the G + 1 group offsets *with* the leading 0 (``torch._grouped_mm`` takes them
+  without it). A 3-D b (G, K, N) groups a's rows: the output is (M, N), M = a's rows, or len(a_idx) when
+  ``a_idx`` gathers them; a 2-D b (K, N) groups K (the weight gradient): the output is (G, M, N) and
+  ``a_idx`` gathers a's columns. The group sizes stay on the device (no synchronization, graph-safe).
 - ``gemm_out`` writes into a given ``out`` (any strides the kernels accept: its strides pick D's layout,
   e.g. column-major D) and passes a, b and out to `hgemm_sm90.gemm` as they are (its own batch rules
   apply; only a broadcast c is materialized; ``c=out`` is the in-place update ``out = alpha * a @ b +
@@ -91,6 +98,9 @@ SCHEMAS = {
     "bool fp16_accum=False) -> Tensor",
     "gemm_out": "(Tensor a, Tensor b, Tensor(a!) out, Tensor? c=None, float alpha=1.0, float beta=0.0, "
     "bool fp8_fast_accum=False, bool fp16_accum=False) -> ()",
+    # a_idx is positional: torch.library refuses keyword-only Tensor arguments (torch 2.11).
+    "grouped_mm": "(Tensor a, Tensor b, Tensor offs, Tensor? a_idx=None, *, bool fp8_fast_accum=False, "
+    "ScalarType? out_dtype=None) -> Tensor",
 }
 """Each op's schema (without its name), as passed to ``torch.library.custom_op``."""
 
@@ -183,6 +193,29 @@ def _broadcast(x: tuple, y: tuple, a_shape, b_shape) -> tuple:
     return tuple(out)
 
 
+def grouped_shape(a_shape, b_shape, offs_shape, a_idx_shape=None) -> tuple:
+    """The output shape of ``grouped_mm``: (rows, N) for a 3-D b (G, K, N), rows = a's or len(a_idx);
+    (G, M, N) for a 2-D b (K, N), G = len(offs) - 1. `InvalidArgumentError` for other ranks or a K
+    mismatch (the rest is `grouped_gemm`'s to check)."""
+    a_shape, b_shape, offs_shape = tuple(a_shape), tuple(b_shape), tuple(offs_shape)
+    if len(a_shape) != 2 or len(b_shape) not in (2, 3) or len(offs_shape) != 1:
+        raise InvalidArgumentError(
+            f"grouped_mm: a {_shape(a_shape)}, b {_shape(b_shape)}, offs {_shape(offs_shape)}",
+            "pass a 2-D a, a 3-D b (G, K, N) to group rows or a 2-D b (K, N) to group K, and 1-D offs",
+        )
+    gathered_k = a_idx_shape is not None and len(b_shape) == 2
+    k = tuple(a_idx_shape)[0] if gathered_k else a_shape[1]
+    if k != b_shape[-2]:
+        raise InvalidArgumentError(
+            f"grouped_mm: a {_shape(a_shape)} and b {_shape(b_shape)} have different K",
+            "pass b as (G, K, N) or (K, N) with a's K (w.transpose(-2, -1) of (G, N, K) weights)",
+        )
+    if len(b_shape) == 3:
+        rows = a_shape[0] if a_idx_shape is None else tuple(a_idx_shape)[0]
+        return (rows, b_shape[2])
+    return (offs_shape[0] - 1, a_shape[0], b_shape[1])
+
+
 def check_c(c_shape, out_shape, beta: float) -> None:
     """c (None for no C) must broadcast to the output shape; ``beta != 0`` needs a c."""
     if c_shape is None:
@@ -212,6 +245,7 @@ _defs: dict = {}  # op name -> its torch.library CustomOpDef (kept alive here; f
 _torch = None
 _raw_stream = None  # device index -> torch's current CUstream handle on it, as an int
 _hgemm = None  # hgemm_sm90.gemm
+_grouped = None  # hgemm_sm90.grouped_gemm
 
 
 def register():
@@ -236,8 +270,10 @@ def register():
 
 
 def _define(torch) -> None:
-    global _torch, _raw_stream, _hgemm
+    global _torch, _raw_stream, _hgemm, _grouped
     _torch, _hgemm = torch, _gemm_function()
+    from .grouped_array_gemm import grouped_gemm as _grouped
+
     _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if _raw_stream is None:  # an older torch without it: the slower public route to the same stream
         _raw_stream = lambda index: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
@@ -400,11 +436,34 @@ def _gemm_out_fake(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False,
     _gemm_out_check(a, b, out, c, beta)
 
 
+def _grouped_new(a, b, offs, a_idx, out_dtype):
+    shape = grouped_shape(a.shape, b.shape, offs.shape, None if a_idx is None else a_idx.shape)
+    name = output_dtype_name(dtype_name(a.dtype), dtype_name(b.dtype), _opt_name(out_dtype))
+    return shape, getattr(_torch, name)
+
+
+def _grouped_mm(a, b, offs, a_idx=None, *, fp8_fast_accum=False, out_dtype=None):
+    shape, dtype = _grouped_new(a, b, offs, a_idx, out_dtype)
+    out = _torch.empty(shape, dtype=dtype, device=a.device)
+    stream = _raw_stream(a.device.index)
+    if b.dim() == 3:
+        _grouped(a, b, offs, out, a_idx=a_idx, fp8_fast_accum=fp8_fast_accum, stream=stream)
+    else:
+        _grouped(a, b, out=out, cu_seqlens_k=offs, a_idx=a_idx, fp8_fast_accum=fp8_fast_accum, stream=stream)
+    return out
+
+
+def _grouped_mm_fake(a, b, offs, a_idx=None, *, fp8_fast_accum=False, out_dtype=None):
+    shape, dtype = _grouped_new(a, b, offs, a_idx, out_dtype)
+    return a.new_empty(shape, dtype=dtype)
+
+
 IMPLS = {
     "gemm": (_gemm, _gemm_fake),
     "mm": (_mm, _mm_fake),
     "addmm": (_addmm, _addmm_fake),
     "bmm": (_bmm, _bmm_fake),
     "gemm_out": (_gemm_out, _gemm_out_fake),
+    "grouped_mm": (_grouped_mm, _grouped_mm_fake),
 }
 """op name -> (real implementation, fake implementation)."""

@@ -258,6 +258,33 @@ def test_gemm_out_in_place(ops, dtype, gen, report):
     check(report, c, "op_gemm_out_inplace", a, b, out, before, ALPHA, BETA)
 
 
+def test_grouped_mm(ops, gen):
+    """grouped_mm is grouped_gemm: the same bits for groups of rows (plain and gathered) and groups of K
+    (fp32 out), eagerly and under torch.compile(fullgraph=True)."""
+    sizes = [0, 37, 1, 300, 0, 129, 65]
+    offs = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], dtype=torch.int32, device=g.DEVICE)
+    m, k, n = sum(sizes), 512, 264
+    x = u.rand((m, k), torch.bfloat16, gen)
+    w = u.rand((len(sizes), n, k), torch.bfloat16, gen)
+    idx = torch.arange(m - 1, -1, -1, dtype=torch.int32, device=g.DEVICE)
+    dy = u.rand((m, n), torch.bfloat16, gen)
+    cases = [
+        ((x, w.transpose(1, 2), offs), {}, lambda: hgemm_sm90.grouped_gemm(x, w.transpose(1, 2), offs)),
+        ((x, w.transpose(1, 2), offs), {"a_idx": idx},
+         lambda: hgemm_sm90.grouped_gemm(x, w.transpose(1, 2), offs, a_idx=idx)),
+        ((x.t(), dy, offs), {"out_dtype": torch.float32},
+         lambda: hgemm_sm90.grouped_gemm(
+             x.t(), dy, out=torch.empty(len(sizes), k, n, device=g.DEVICE), cu_seqlens_k=offs)),
+    ]  # fmt: skip
+    for args, kw, reference in cases:
+        want = reference()
+        eager = ops.grouped_mm(*args, **kw)
+        compiled = torch.compile(lambda *a, kw=kw: ops.grouped_mm(*a, **kw), fullgraph=True)(*args)
+        torch.cuda.synchronize()
+        assert eager.shape == want.shape and eager.dtype == want.dtype
+        assert torch.equal(g.bits(eager), g.bits(want)) and torch.equal(g.bits(compiled), g.bits(want))
+
+
 # --- torch.compile -----------------------------------------------------------------------------------
 
 
@@ -446,6 +473,14 @@ def test_fake_implementations(ops, device):
         _expect(ops.addmm(t(16), t(64, 32), t(32, 16)), (64, 16), bf, dev)
         _expect(ops.bmm(t(3, 64, 32), t(3, 32, 16)), (3, 64, 16), bf, dev)
         assert ops.gemm_out(t(64, 32), t(32, 16), t(16, 64).T) is None
+        offs = t(9, dtype=torch.int32)
+        _expect(ops.grouped_mm(t(700, 64), t(8, 64, 32), offs), (700, 32), bf, dev)
+        _expect(
+            ops.grouped_mm(t(96, 64), t(64, 32), offs, out_dtype=torch.float32),
+            (8, 96, 32),
+            torch.float32,
+            dev,
+        )
         bad = [
             lambda: ops.mm(t(64, 32), t(16, 16)),  # K mismatch
             lambda: ops.bmm(t(3, 64, 32), t(4, 32, 16)),  # batch mismatch

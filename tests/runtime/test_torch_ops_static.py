@@ -101,7 +101,36 @@ def signature_args(fn) -> list[tuple[str, object, bool]]:
 
 
 def test_every_op_has_a_schema_and_both_implementations():
-    assert set(torch_ops.SCHEMAS) == set(torch_ops.IMPLS) == {"gemm", "mm", "addmm", "bmm", "gemm_out"}
+    ops = {"gemm", "mm", "addmm", "bmm", "gemm_out", "grouped_mm"}
+    assert set(torch_ops.SCHEMAS) == set(torch_ops.IMPLS) == ops
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "offs", "a_idx", "out"),
+    [
+        ((700, 512), (8, 512, 264), (9,), None, (700, 264)),  # groups of rows
+        ((300, 512), (8, 512, 264), (9,), (600,), (600, 264)),  # gathered rows: len(a_idx) of them
+        ((264, 1000), (1000, 520), (5,), None, (4, 264, 520)),  # groups of K: one result per group
+        ((264, 300), (600, 520), (7,), (600,), (6, 264, 520)),  # gathered K: b's K is len(a_idx)
+    ],
+)
+def test_grouped_mm_output_shapes(a, b, offs, a_idx, out):
+    assert torch_ops.grouped_shape(a, b, offs, a_idx) == out
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "offs", "a_idx", "message"),
+    [
+        ((700, 512), (8, 264, 512), (9,), None, "have different K"),  # (G, N, K) weights not transposed
+        ((8, 700, 512), (8, 512, 264), (9,), None, "pass a 2-D a"),
+        ((264, 1000), (999, 520), (5,), None, "have different K"),
+        ((264, 300), (600, 520), (7,), (599,), "have different K"),
+        ((700, 512), (8, 512, 264), (3, 3), None, "1-D offs"),
+    ],
+)
+def test_grouped_mm_refuses_bad_shapes(a, b, offs, a_idx, message):
+    with pytest.raises(torch_ops.InvalidArgumentError, match=message):
+        torch_ops.grouped_shape(a, b, offs, a_idx)
 
 
 @pytest.mark.parametrize("name", sorted(torch_ops.SCHEMAS))
@@ -138,8 +167,9 @@ def test_the_requested_schemas():
     assert "Tensor(a!) out" in schemas["gemm_out"] and schemas["gemm_out"].endswith("-> ()")
     for name in ("gemm", "mm", "addmm", "bmm"):
         assert schemas[name].endswith("-> Tensor") and "(a!)" not in schemas[name]
-    for name in schemas:  # fp16 accumulation is asked for the same way on every op
+    for name in ("gemm", "mm", "addmm", "bmm", "gemm_out"):  # fp16 accumulation: the same on every GEMM op
         assert "bool fp16_accum=False" in schemas[name], name
+    assert schemas["grouped_mm"].startswith("(Tensor a, Tensor b, Tensor offs, Tensor? a_idx=None, *")
 
 
 # --- the shared shape and dtype rules -----------------------------------------------------------------
