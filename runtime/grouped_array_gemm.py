@@ -105,9 +105,8 @@ def grouped_gemm(
             "pass b as the transpose of row-major (G, N, K) weights (w.transpose(-2, -1))",
         )
     out = _out(a, va, out, (m, n))
-    vo = view(out, "out")
+    vo = _row_major(out, "out", (m, n))
     vc = _row_major(c, "c", (m, n))
-    _row_major(out, "out", (m, n))
     indices = None if a_idx is None else _int32_address(a_idx, m, "a_idx")
     if m == 0 or n == 0 or a_rows == 0:
         return out
@@ -166,7 +165,7 @@ def _grouped_k(a, va, vb, cu_seqlens_k, out, a_idx, c, alpha, beta, fast, stream
     if len(vo.shape) != 3:
         raise InvalidArgumentError(f"out has shape {vo.shape}", "pass a (G, M, N) out")
     groups = vo.shape[0]
-    _row_major(out, "out", (groups, m, n))
+    _check_row_major(vo, "out", (groups, m, n))
     vc = _row_major(c, "c", (groups, m, n))
     # Which extent of each operand is contiguous decides the instance's layout (a: K or M, b: K or N).
     a_major = _major(va, "a", ("m", "k"))
@@ -241,9 +240,11 @@ def _major(v, name: str, extents: tuple[str, str]) -> str:
 
 def _row_major(x, name: str, shape: tuple[int, ...]):
     """The view of out or c (None: None), which must have `shape` and a unit stride on its last dim."""
-    if x is None:
-        return None
-    v = view(x, name)
+    return None if x is None else _check_row_major(view(x, name), name, shape)
+
+
+def _check_row_major(v, name: str, shape: tuple[int, ...]):
+    """`v` (an array view), after checking that it has `shape` and a unit stride on its last dim."""
     if v.shape != shape or (v.strides[-1] != 1 and shape[-1] > 1):
         raise InvalidArgumentError(
             f"{name} has shape {v.shape} and strides {v.strides}", f"pass a row-major {shape} {name}"
