@@ -80,7 +80,11 @@ class Point:
         }
 
     @classmethod
-    def from_json(cls, doc, where: str) -> Point:
+    def from_json(cls, doc, where: str, candidates: dict | None = None) -> Point:
+        """`candidates`: (id, raster, group) -> Candidate, shared by the points of one table (a table
+        names the same few hundred candidates tens of thousands of times; one object each makes the
+        first `select()` of a process ~3x faster)."""
+        candidates = {} if candidates is None else candidates
         try:
             times = []
             for iid, raster, group, us in doc["times"]:
@@ -88,7 +92,10 @@ class Point:
                     raise ValueError("bad time entry")
                 if group is not None and (type(group) is not int or group < 1):
                     raise ValueError("bad group size")
-                times.append((Candidate(iid, raster, group), float(us)))
+                cand = candidates.get((iid, raster, group))
+                if cand is None:
+                    cand = candidates[iid, raster, group] = Candidate(iid, raster, group)
+                times.append((cand, float(us)))
             dims = [doc[d] for d in "mnk"]
             if any(type(v) is not int or v < 1 for v in dims) or not times:
                 raise ValueError("bad extents or no times")
@@ -137,13 +144,14 @@ class TuningTable:
             raise CorruptArtifactError(f"not a version-{VERSION} {FORMAT} document", path)
         gpus: dict[str, dict[str, list[Point]]] = {}
         meta = {"grid": doc.get("grid", {}), "measured": {}}
+        candidates: dict = {}
         for gkey, entry in (doc.get("gpus") or {}).items():
             classes = entry.get("classes") if isinstance(entry, dict) else None
             if not isinstance(classes, dict):
                 raise CorruptArtifactError(f"tuning table GPU {gkey!r} has no classes", path)
             meta["measured"][gkey] = entry.get("measured", {})
             gpus[gkey] = {
-                ckey: [Point.from_json(p, f"{gkey} {ckey}[{i}]") for i, p in enumerate(points)]
+                ckey: [Point.from_json(p, f"{gkey} {ckey}[{i}]", candidates) for i, p in enumerate(points)]
                 for ckey, points in classes.items()
             }
         return cls(gpus, meta, path)
