@@ -345,17 +345,9 @@ class GroupedWalks:
             )
             tBgB_k = tBgB[(None, tile_n, None, group)]
             for k_tile in range(k_tile_cnt):
-                if warp_idx == self.producer_warp:
-                    ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
-                    cute.copy(
-                        tma_atom_b,
-                        tBgB_k[(None, k_tile)],
-                        tBsB[(None, producer_state.index)],
-                        tma_bar_ptr=ab_pipeline.producer_get_barrier(producer_state),
-                        mcast_mask=0,
-                    )
-                else:
-                    ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
+                self._start_gathered_stage(
+                    ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
+                )
                 for m in cutlass.range_constexpr(rows_per_thread):
                     row_pieces = cute.zipped_divide(mA_mkl[(src[m], None, 0)], (vector,))
                     cute.copy(
@@ -456,17 +448,9 @@ class GroupedWalks:
                 self._gathered_cols(
                     src_next, a_idx, k_first + (k_tile + 1) * self.tile_mnk[2], tAcA, lo, hi, source_cols
                 )
-                if warp_idx == self.producer_warp:
-                    ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
-                    cute.copy(
-                        tma_atom_b,
-                        tBgB_k[(None, k_tile)],
-                        tBsB[(None, producer_state.index)],
-                        tma_bar_ptr=ab_pipeline.producer_get_barrier(producer_state),
-                        mcast_mask=0,
-                    )
-                else:
-                    ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
+                self._start_gathered_stage(
+                    ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
+                )
                 for j in cutlass.range_constexpr(cols_per_thread):
                     col_pieces = cute.zipped_divide(mA_mkl[(None, src[j], 0)], (vector,))
                     cute.copy(copy_g2s, col_pieces[(None, piece)], tAsA[(None, 0, j, producer_state.index)])
@@ -475,6 +459,23 @@ class GroupedWalks:
                 src.store(src_next.load())
             linear += num_clusters
         return producer_state
+
+    @cute.jit
+    def _start_gathered_stage(self, ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx):
+        """Gathered A (both forms): claim ring stage `producer_state` for k-tile `k_tile`. The first producer
+        warp waits until the stage is free, arms it with B's bytes and TMA-loads B's k-tile; the other
+        producer threads only wait until it is free (their cp.async copies of A arrive on its barrier)."""
+        if warp_idx == self.producer_warp:
+            ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
+            cute.copy(
+                tma_atom_b,
+                tBgB_k[(None, k_tile)],
+                tBsB[(None, producer_state.index)],
+                tma_bar_ptr=ab_pipeline.producer_get_barrier(producer_state),
+                mcast_mask=0,
+            )
+        else:
+            ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
 
     @cute.jit
     def _gathered_cols(self, cols, a_idx, k0, tAcA, lo, hi, source_cols):
