@@ -138,6 +138,19 @@ class GroupedWalks:
         k_tiles = cutlass.max((end - first + lead + tile_k - 1) // tile_k, 1)
         return first - lead, k_tiles, lead, end - first + lead - (k_tiles - 1) * tile_k
 
+    def _group_k_tiles(self, tma_atom, tensor, smem, k_first, tile_slice):
+        """Grouped K: an operand's TMA partition (smem stages, global tiles) with its K mode starting at the
+        group's first column `k_first`; `tile_slice` picks the operand's extents of the tile ((None, 0,
+        None): A's M x K, (0, None, None): B's N x K). Traced inline (no control flow)."""
+        tiles = cute.local_tile(
+            cute.domain_offset((0, k_first, 0), tensor),
+            cute.slice_(self.tile_mnk, tile_slice),
+            (None, None, None),
+        )
+        return cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(smem, 0, 2), cute.group_modes(tiles, 0, 2)
+        )
+
     @cute.jit
     def _produce_grouped_k(
         self,
@@ -173,30 +186,8 @@ class GroupedWalks:
             tile_m = ctile_m * self.cluster_mn[0] + cluster_coord_mnk[0]
             tile_n = ctile_n * self.cluster_mn[1] + cluster_coord_mnk[1]
             k_first, k_tiles, _, _ = self._k_range(seqlens, group, total_k)
-            gA = cute.local_tile(
-                cute.domain_offset((0, k_first, 0), mA_mkl),
-                cute.slice_(self.tile_mnk, (None, 0, None)),
-                (None, None, None),
-            )
-            gB = cute.local_tile(
-                cute.domain_offset((0, k_first, 0), mB_nkl),
-                cute.slice_(self.tile_mnk, (0, None, None)),
-                (None, None, None),
-            )
-            tAsA, tAgA = cpasync.tma_partition(
-                tma_atom_a,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sA, 0, 2),
-                cute.group_modes(gA, 0, 2),
-            )
-            tBsB, tBgB = cpasync.tma_partition(
-                tma_atom_b,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sB, 0, 2),
-                cute.group_modes(gB, 0, 2),
-            )
+            tAsA, tAgA = self._group_k_tiles(tma_atom_a, mA_mkl, sA, k_first, (None, 0, None))
+            tBsB, tBgB = self._group_k_tiles(tma_atom_b, mB_nkl, sB, k_first, (0, None, None))
             producer_state = self._load_k_tiles(
                 ab_pipeline,
                 producer_state,
@@ -428,18 +419,7 @@ class GroupedWalks:
             # The K positions whose indices are read: the group's, or any for an empty group.
             first, end = group_rows(seqlens, group, total_k)
             lo, hi = (first, end) if end > first else (Int32(0), total_k)
-            gB = cute.local_tile(
-                cute.domain_offset((0, k_first, 0), mB_nkl),
-                cute.slice_(self.tile_mnk, (0, None, None)),
-                (None, None, None),
-            )
-            tBsB, tBgB = cpasync.tma_partition(
-                tma_atom_b,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sB, 0, 2),
-                cute.group_modes(gB, 0, 2),
-            )
+            tBsB, tBgB = self._group_k_tiles(tma_atom_b, mB_nkl, sB, k_first, (0, None, None))
             tBgB_k = tBgB[(None, tile_n, None, 0)]
             piece = cutlass.min(tile_m * per_col + piece0, last_piece)
             self._gathered_cols(src, a_idx, k_first, tAcA, lo, hi, source_cols)
