@@ -94,11 +94,15 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
         },
     )
     split_counts = (4, 6)  # split-K: fewer than either probe's k-tiles, so the clamp keeps them
+    prefetch_operands = (2, 1)  # the plain walk: B, then A (each probe's only 2; 1 only where raster is 0)
     probes = []
     for p, v in enumerate(shapes):
         v = dict(v)
-        if any(name == "k_splits" for name, _ in host_scalars(spec)):
+        scalars = {name for name, _ in host_scalars(spec)}
+        if "k_splits" in scalars:
             v["k_splits"] = split_counts[p]
+        if "prefetch_operand" in scalars:
+            v["prefetch_operand"] = prefetch_operands[p]
         for i, name in enumerate(host_pointers(spec)):
             v[name] = 0x7E00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x2000
         for i, op in enumerate(spec.operands):
@@ -112,7 +116,8 @@ def make_probes(spec: GemmSpec) -> tuple[Probe, Probe]:
             # Addresses 16-byte aligned and, as int64 values, distinct from every stride.
             v[op] = 0x7F00_0000_0000 + (i + 1) * 0x10_0000_0000 + p * 0x1_0000_0000 + 0x1000 * (i + 2)
         v["stream"] = 0x5117 + p
-        ints = [x for x in v.values() if x not in (0, 1)]  # raster_along_m is a 0/1 flag in both probes
+        # raster_along_m is a 0/1 flag in both probes, prefetch_operand 1 where raster_along_m is 0.
+        ints = [x for x in v.values() if x not in (0, 1)]
         if len(set(ints)) != len(ints):
             raise ContractError(f"{spec.name()}: probe {p} has coinciding values {sorted(ints)}")
         v.update(_FLOAT_SCALARS[p])

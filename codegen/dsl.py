@@ -26,15 +26,19 @@ def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
     """The host entry's scalar arguments after the tensors, in order, as (name, kind): kind "f32" is a
     cutlass.Float32, "i32" a cutlass.Int32. Kept here (not only in the kernel) because the contract capture
     and the oracle tests build the same call. `beta` exists only when C is read (D = alpha * acc
-    otherwise); `max_active_clusters` sizes the grid on the host and never reaches the kernel; split-K
-    instances add `k_splits` (followed by the workspace pointer, `host_pointers`)."""
+    otherwise); `prefetch_operand` (the operand the producer may load before waiting for the previous
+    grid) exists for the plain walk only, not for the grouped forms, whose first loads depend on offsets
+    that the previous grid may write; `max_active_clusters` sizes the grid on the host and never reaches
+    the kernel; split-K instances add `k_splits` (followed by the workspace pointer, `host_pointers`)."""
     beta = (("beta", "f32"),) if spec.has_c else ()
+    prefetch = (("prefetch_operand", "i32"),) if spec.varlen == Varlen.none else ()
     split = (("k_splits", "i32"),) if spec.k_split == KSplit.split else ()
     return (
         ("alpha", "f32"),
         *beta,
         ("raster_along_m", "i32"),
         ("group_size", "i32"),
+        *prefetch,
         ("max_active_clusters", "i32"),
         *split,
     )

@@ -30,6 +30,7 @@ import inspect
 from . import problem, state
 from .errors import InvalidArgumentError
 from .launcher import STALE_RESULTS, launch_error
+from .plan import B_READY
 from .spec import GemmSpec
 from .stream import stream_handle
 
@@ -80,10 +81,16 @@ def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options)
     pdl=True (opt-in) launches with programmatic stream serialization (programmatic dependent launch):
     the kernel may start while the previous kernel in `stream` is still running, overlapping its set-up
     with that kernel's tail; it waits for the previous grid to complete and flush its memory
-    (griddepcontrol.wait) before its first load, and lets its own dependents start early once its
-    consumers are done (griddepcontrol.launch_dependents). Correct after any predecessor, since ours
-    waits; a successor launched with PDL must itself wait before reading our D. Off by default: it only
-    pays off for back-to-back short kernels, and a profiler shows the overlapping grids.
+    (griddepcontrol.wait) before its first load, and lets its own dependents start once it has issued
+    its last load (griddepcontrol.launch_dependents). Correct after any predecessor, since ours waits; a
+    successor launched with PDL must itself wait before reading our D. Off by default: it only pays off
+    for back-to-back short kernels, and a profiler shows the overlapping grids.
+
+    b_ready=True (with pdl=True; opt-in) declares that B is not written by the previous kernel in
+    `stream` (a model's weights): the kernel then loads B's first k-tiles before waiting for that
+    kernel, so a chain of decode GEMMs streams the next weight while the previous GEMM finishes. Passing
+    it when the previous kernel does write B is a race. Grouped instances ignore it (their first loads
+    depend on the offsets); without pdl it changes nothing.
 
     raster_along_m / group_size override the persistent walk over output tiles (default: see
     runtime/scheduling.py).
@@ -189,6 +196,7 @@ def launch_general(
     alpha: float = 1.0,
     beta: float = 0.0,
     pdl: bool = False,
+    b_ready: bool = False,
     raster_along_m: bool | None = None,
     group_size: int | None = None,
     k_splits: int | None = None,
@@ -226,10 +234,11 @@ def launch_general(
             is k_splits
             is None
         ):
+            mode = pdl if b_ready is False else _mode(pdl, b_ready)
             e = entries[
-                (m, n, k, batch, s, ctx, pdl)
+                (m, n, k, batch, s, ctx, mode)
                 if num_groups is a_rows is a_cols is None
-                else (m, n, k, batch, s, ctx, pdl, (num_groups, a_rows, a_cols))
+                else (m, n, k, batch, s, ctx, mode, (num_groups, a_rows, a_cols))
             ]
         elif _overrides_canonical(
             lda,
@@ -252,7 +261,7 @@ def launch_general(
                     batch,
                     s,
                     ctx,
-                    pdl,
+                    pdl if b_ready is False else _mode(pdl, b_ready),
                     lda,
                     ldb,
                     ldd,
@@ -337,6 +346,7 @@ def launch_general(
                 a_rows,
                 cu_seqlens_k,
                 a_cols,
+                b_ready,
             )
             cu_seqlens_m = cu_seqlens_k = offsets  # validated and converted: the one the instance takes
             e.accept(a, b, d, c)  # the overlap rule (it raises); the first call checked the pointers
@@ -377,6 +387,15 @@ launch.__signature__ = _GENERAL.replace(
 )
 
 
+def _mode(pdl, b_ready):
+    """The launch mode in a launch key (runtime/plan.py `LaunchEntry`): pdl (False or True), or
+    `plan.B_READY` for pdl with b_ready; b_ready without pdl changes nothing. Values that are not bools
+    give a key no entry has, so the first-call path explains them."""
+    if b_ready is True:
+        return B_READY if pdl is True else pdl
+    return pdl if b_ready is False else (_mode, b_ready)
+
+
 def _first_call(
     rt,
     instance_id,
@@ -408,6 +427,7 @@ def _first_call(
     a_rows=None,
     cu_seqlens_k=None,
     a_cols=None,
+    b_ready=False,
 ):
     """Validate everything with the explaining functions of runtime/problem.py, in argument order, and
     build (or find) the launch entry: (entry, a, b, d, c, alpha, beta), values canonical."""
@@ -503,16 +523,19 @@ def _first_call(
             "launch it with pdl=False, or rebuild the kernels with this source tree",
             iid,
         )
+    if b_ready is not False and b_ready is not True:
+        raise InvalidArgumentError(f"b_ready={b_ready!r}", "pass b_ready=True or b_ready=False", iid)
     s = stream_handle(stream)
     ctx = rt.devices.stream_context(s)
     loaded = rt.kernels.get(ctx, iid)  # device and driver checks, once per context
     rt.decide_pointer_checks()
-    full = (*key[:4], s, s < 3 and ctx, pdl)
+    mode = _mode(pdl, b_ready)
+    full = (*key[:4], s, s < 3 and ctx, mode)
     if any(v is not None for v in key[4:15]):  # the key form `launch` looks up: short when all are omitted
         full += key[4:]
     elif key[15] is not None:  # grouped, the short form: (group count, a gathered A's rows, columns) last
         full += (key[15],)
-    e = plan.entry(full, shape, loaded, s, pdl, rt.cu)
+    e = plan.entry(full, shape, loaded, s, mode, rt.cu)
     return e, a, b, d, c, alpha, beta, grouped_offsets, a_idx
 
 

@@ -89,7 +89,20 @@ class _Plans:
     plans: dict = {}
 
 
-def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False, stream=None):
+def gemm(
+    a,
+    b,
+    out=None,
+    *,
+    c=None,
+    alpha=1.0,
+    beta=0.0,
+    fp8_fast_accum=False,
+    fp16_accum=False,
+    stream=None,
+    pdl=False,
+    b_ready=False,
+):
     """``out = alpha * a @ b + beta * c``, matmul semantics, on CUDA arrays; returns out.
 
     a: (..., M, K), b: (..., K, N), out and c: (..., M, N): torch tensors, or any array offering
@@ -102,6 +115,10 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, f
     that grows with K, docs/PERF.md).
     stream: an int handle or stream object as `launch()` takes; None means the framework's current
     stream (torch, CuPy), else the legacy default stream.
+    pdl, b_ready: programmatic dependent launch, as `launch()` takes them: pdl=True lets the kernel
+    start while the stream's previous kernel finishes (it waits for it before reading); b_ready=True
+    also declares that the previous kernel does not write b (a model's weights), so that b's first
+    k-tiles load before that wait: for chains of decode-sized GEMMs (docs/PERF.md).
 
     Asynchronous like `launch()`: returns once the kernel is enqueued. Raises an `HgemmError` subclass
     (`InvalidArgumentError`, `NoInstanceError`, `DeviceMismatchError`, ...) before launching anything.
@@ -110,6 +127,8 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, f
         raise InvalidArgumentError(f"fp8_fast_accum={fp8_fast_accum!r}", "pass True or False")
     if fp16_accum is not False and fp16_accum is not True:
         raise InvalidArgumentError(f"fp16_accum={fp16_accum!r}", "pass True or False")
+    # launch()'s PDL options, passed only when given (its shortest cache key otherwise).
+    modes = _NO_MODES if pdl is False and b_ready is False else {"pdl": pdl, "b_ready": b_ready}
     cache = _Plans if _Plans.rt is state._default else _fresh_plans()
     T = _TORCH_TYPES
     if type(a) in T and type(b) in T and (out is None or type(out) in T) and (c is None or type(c) in T):
@@ -150,7 +169,7 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, f
             else:
                 stream = stream_handle(stream)
         if p.workspace:
-            _launch_split(cache.rt, p, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, alpha)
+            _launch_split(cache.rt, p, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream, alpha, modes)
         elif p.simple:
             if p.use_c:
                 launch_general(
@@ -164,6 +183,7 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, f
                     c=c.data_ptr(),
                     alpha=alpha,
                     beta=beta,
+                    **modes,
                 )
             else:
                 launch_general(
@@ -175,6 +195,7 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, f
                     k=p.k,
                     batch=p.batch,
                     alpha=alpha,
+                    **modes,
                 )
         elif p.use_c:
             launch_general(
@@ -184,17 +205,26 @@ def gemm(a, b, out=None, *, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, f
                 c=c.data_ptr(),
                 alpha=alpha,
                 beta=beta,
+                **modes,
                 **p.kw,
             )
         else:
             launch_general(
-                p.instance, (a.data_ptr(), b.data_ptr(), out.data_ptr()), stream, alpha=alpha, **p.kw
+                p.instance,
+                (a.data_ptr(), b.data_ptr(), out.data_ptr()),
+                stream,
+                alpha=alpha,
+                **modes,
+                **p.kw,
             )
         return out
-    return _gemm_views(cache, a, b, out, c, alpha, beta, (fp8_fast_accum, fp16_accum), stream)
+    return _gemm_views(cache, a, b, out, c, alpha, beta, (fp8_fast_accum, fp16_accum), stream, modes)
 
 
-def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream):
+_NO_MODES: dict = {}
+
+
+def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream, modes):
     """`gemm` for anything but all-torch operands: through `ArrayView`s (runtime/arrays.py)."""
     if type(stream) is not int:
         stream = _default_stream(a) if stream is None else stream_handle(stream)
@@ -231,22 +261,24 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream):
         if v is not None and v.stream is not None:
             _wait_for_producer(rt, v.stream, stream)
     if p.workspace:
-        _launch_split(rt, p, va.ptr, vb.ptr, pd, stream, alpha)
+        _launch_split(rt, p, va.ptr, vb.ptr, pd, stream, alpha, modes)
     elif p.use_c:
-        launch_general(p.instance, (va.ptr, vb.ptr, pd), stream, c=vc.ptr, alpha=alpha, beta=beta, **p.kw)
+        launch_general(
+            p.instance, (va.ptr, vb.ptr, pd), stream, c=vc.ptr, alpha=alpha, beta=beta, **modes, **p.kw
+        )
     else:
-        launch_general(p.instance, (va.ptr, vb.ptr, pd), stream, alpha=alpha, **p.kw)
+        launch_general(p.instance, (va.ptr, vb.ptr, pd), stream, alpha=alpha, **modes, **p.kw)
     return out
 
 
-def _launch_split(rt, p, a: int, b: int, d: int, stream: int, alpha) -> None:
+def _launch_split(rt, p, a: int, b: int, d: int, stream: int, alpha, modes: dict) -> None:
     """Launch a split-K plan with the stream's workspace (runtime/workspace.py), or as one split where
     the stream has none (captured before its first split-K call)."""
     ws = rt.workspaces.get(stream, p.workspace)
     if ws is None:
-        launch_general(p.instance, (a, b, d), stream, alpha=alpha, k_splits=1, **p.kw)
+        launch_general(p.instance, (a, b, d), stream, alpha=alpha, k_splits=1, **modes, **p.kw)
     else:
-        launch_general(p.instance, (a, b, d), stream, alpha=alpha, workspace=ws, **p.kw)
+        launch_general(p.instance, (a, b, d), stream, alpha=alpha, workspace=ws, **modes, **p.kw)
 
 
 def _view_key(v: ArrayView) -> tuple:

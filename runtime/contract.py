@@ -35,7 +35,9 @@ FORMAT = "hgemm-sm90-manifest"
 # 5 (2026-12-01): spec.varlen; grouped (varlen M) records take D as a "tensor" parameter (address,
 # extents, strides: stored from registers, not by TMA), the pointer cu_seqlens_m, the extent g (groups) and
 # the grid rule "grouped_clusters".
-CONTRACT_VERSION = 5
+# 6 (2026-12-01): plain-walk records (varlen "none") take the int32 scalar prefetch_operand (0: none, 1: the
+# kernel's A, 2: its B), the operand the producer may load before waiting for the previous grid.
+CONTRACT_VERSION = 6
 ARCH = "sm_90a"
 # Every operand moves through TMA, which needs 16-byte aligned addresses, leading dimensions and batch
 # strides, and whole 16-byte chunks along the contiguous extent (runtime/problem.py checks these).
@@ -49,9 +51,10 @@ POINTER_BYTES = 8  # a raw device pointer kernel parameter
 # batch of the tile grid per group (grouped K) (runtime/scheduling.py, all).
 GRID_RULES = ("persistent_clusters", "grouped_clusters", "group_batches")
 PARAM_KINDS = ("tensormap", "tensor", "shape", "i32", "f32", "pointer", "opaque")
-# The scalars the runtime can fill, by kind: the walk order and split count (runtime/scheduling.py) and
-# the epilogue's scales (alpha always, beta where the epilogue reads C).
-SCALARS = {"i32": ("raster_along_m", "group_size", "k_splits"), "f32": ("alpha", "beta")}
+# The scalars the runtime can fill, by kind: the walk order and split count (runtime/scheduling.py), the
+# operand a PDL launch may load early (launch(..., b_ready=True)), and the epilogue's scales (alpha
+# always, beta where the epilogue reads C).
+SCALARS = {"i32": ("raster_along_m", "group_size", "prefetch_operand", "k_splits"), "f32": ("alpha", "beta")}
 # The raw device pointers the runtime can fill: split-K's workspace (launch(..., workspace=)) and a
 # grouped instance's row offsets (launch(..., cu_seqlens_m=)).
 POINTERS = ("workspace", "cu_seqlens_m", "cu_seqlens_k", "a_idx")

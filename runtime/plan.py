@@ -1,5 +1,5 @@
 """The launch plan of one instance: what `launch` (runtime/api.py) computes once per instance, once per
-problem shape, and once per (shape, stream, pdl).
+problem shape, and once per (shape, stream, launch mode).
 
 - Per instance (`LaunchPlan`): the operand layouts, the parameter packer (runtime/args.py) and one
   `struct.Struct` that writes a whole parameter buffer in one call: the shape's constant bytes
@@ -8,9 +8,11 @@ problem shape, and once per (shape, stream, pdl).
   walk order and split count, packed once with zero addresses and scales and cut into those constant
   chunks; the number of work units (cluster tiles, times the splits under split-K) and the workspace
   they need; the operands' byte footprints (runtime/problem.py).
-- Per (shape, stream, pdl) (`LaunchEntry`): the kernel loaded in the stream's context, its
+- Per (shape, stream, launch mode) (`LaunchEntry`): the kernel loaded in the stream's context, its
   `CUlaunchConfig` with the persistent grid (runtime/scheduling.py) already in it, and the driver's
-  launch function. A repeated launch finds its entry with one dict lookup.
+  launch function. A repeated launch finds its entry with one dict lookup. The launch mode is False,
+  True (pdl) or `B_READY` (pdl, and B may be loaded before the previous grid completes: the entry's
+  constant bytes carry the kernel's `prefetch_operand`).
 
 Patching alpha and beta per launch (rather than keying the cache on them) keeps a sweep over scales from
 filling the cache; pointers are patched for the same reason. Caches are bounded by being cleared when
@@ -29,6 +31,8 @@ from .errors import CorruptArtifactError, InvalidArgumentError
 from .launcher import PlainBuffers, ThreadBuffers, build_config
 from .spec import KSplit, Varlen
 
+# The launch mode of launch(pdl=True, b_ready=True) (the others are pdl's own False and True).
+B_READY = "b_ready"
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
 # The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
 # kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then split-K's workspace);
@@ -85,7 +89,7 @@ class LaunchEntry:
         "launch",
     )
 
-    def __init__(self, plan: LaunchPlan, shape: Shape, loaded, stream: int, pdl: bool, cu):
+    def __init__(self, plan: LaunchPlan, shape: Shape, loaded, stream: int, mode, cu):
         rec = plan.record
         grid = scheduling.persistent_grid(shape.total, loaded.max_active_clusters, *rec.cluster[:2])
         self.instance, self.has_c, self.pack, self.buffers = rec.id, plan.has_c, plan.pack, plan.buffers
@@ -100,8 +104,10 @@ class LaunchEntry:
         self.accepted = None  # the last (a, b, d, c) that `accept` passed
         self.plain_buffers = PlainBuffers(rec.param_bytes, rec.param_offsets) if self.plain else None
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
+        if mode == B_READY and plan.prefetch is not None:
+            self.chunks = _with_word(shape.chunks, plan.patches, *plan.prefetch)
         self.stream, self.context, self.device = stream, loaded.context, loaded.device
-        self.config = build_config(cu, rec, grid, stream, pdl)
+        self.config = build_config(cu, rec, grid, stream, mode is not False)
         self.function = loaded.function
         self.launch = cu.cuLaunchKernelEx
 
@@ -120,6 +126,18 @@ class LaunchEntry:
         return True
 
 
+def _with_word(chunks: tuple, patches: tuple, offset: int, word: bytes) -> tuple:
+    """`chunks` (the constant bytes around the per-launch `patches`) with the bytes at parameter offset
+    `offset` replaced by `word`, which lies inside one chunk (it is no per-launch value)."""
+    start = 0
+    for j, chunk in enumerate(chunks):
+        if start <= offset and offset + len(word) <= start + len(chunk):
+            i = offset - start
+            return (*chunks[:j], chunk[:i] + word + chunk[i + len(word) :], *chunks[j + 1 :])
+        start = patches[j][1] if j < len(patches) else start + len(chunk)
+    raise AssertionError(f"offset {offset} lies in no constant chunk")
+
+
 class LaunchPlan:
     """Everything per instance that `launch` needs and that never changes: built once, then shared."""
 
@@ -134,6 +152,7 @@ class LaunchPlan:
         "varlen_k",
         "packer",
         "patches",
+        "prefetch",
         "pack",
         "buffers",
         "shapes",
@@ -169,6 +188,10 @@ class LaunchPlan:
                 instance=record.id,
             )
         self.patches = tuple((off, off + _WIDTH[name]) for off, name in order)  # byte ranges, in order
+        # A plain-walk kernel's prefetch_operand (contract 6): where it lies, and the value that names the
+        # caller's B (the kernel's A under swap-AB). None for the grouped forms, which never load early.
+        at = self.packer.scalar_offsets().get("prefetch_operand")
+        self.prefetch = None if at is None else (at, struct.pack("<i", 1 if record.spec.swap_ab else 2))
         fmt, end = "<", 0
         for off, name in order:
             fmt += f"{off - end}s" + ("f" if _WIDTH[name] == 4 else "Q")
@@ -260,6 +283,7 @@ class LaunchPlan:
             along_m = int(raster_along_m) ^ swap
         values["raster_along_m"] = along_m
         values["group_size"] = group if group_size is None else group_size
+        values["prefetch_operand"] = 0  # B_READY launch entries set it (`LaunchEntry`)
         splits, workspace_bytes = self._splits(total, values["k"], k_splits)
         if self.split:
             values["k_splits"] = splits
@@ -314,11 +338,12 @@ class LaunchPlan:
             )
         return k_splits, workspace
 
-    def entry(self, key: tuple, shape: Shape, loaded, stream: int, pdl: bool, cu) -> LaunchEntry:
-        """The cached `LaunchEntry` under `key` (the full launch key of runtime/api.py), built if new."""
+    def entry(self, key: tuple, shape: Shape, loaded, stream: int, mode, cu) -> LaunchEntry:
+        """The cached `LaunchEntry` under `key` (the full launch key of runtime/api.py), built if new;
+        `mode`: False, True (pdl) or `B_READY`."""
         hit = self.entries.get(key)
         if hit is None:
-            hit = LaunchEntry(self, shape, loaded, stream, pdl, cu)
+            hit = LaunchEntry(self, shape, loaded, stream, mode, cu)
             if len(self.entries) >= _CACHED_PER_INSTANCE:
                 self.entries.clear()
             self.entries[key] = hit

@@ -29,7 +29,11 @@ Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
   k-tile trims are in grouped.py (`GroupedWalks`, which `HopperGemm` inherits); the row-bounded store of
   a grouped M tile is `HopperGemm._copy_subtile_rows` here (docs/KERNEL.md "Grouped GEMM").
 - Programmatic dependent launch: the producer waits for the previous grid (griddepcontrol.wait) before
-  its first load; consumers signal dependents when done. Both are no-ops unless the launch opts in.
+  its first load of anything the previous grid may write, and signals dependents (launch_dependents) once
+  it has issued its last load, so that the next grid's set-up overlaps this one's tail. Both are no-ops
+  unless the launch opts in. The plain walk's `prefetch_operand` (1: A, 2: B; 0: none) names an operand
+  the launch declared not written by the previous grid (a model's weights): the producer loads that
+  operand's share of its first ring fill before the wait (`HopperGemm._produce_tiles`).
 
 Partial tiles are handled by TMA itself: loads outside a tensor are zero-filled (a partial last k-tile adds
 zeros) and stores outside D are dropped. So M, N, K need no tile multiple; only TMA's 16-byte alignment of
@@ -60,8 +64,9 @@ from .barriers import EPI_TURN_BARRIER, EPILOGUE_BARRIER, MMA_TURN_BARRIER, THRE
 from .grouped import GroupedWalks
 from .tile_scheduler import cluster_tile_coord, split_unit, varlen_locate
 
-# The producer issues griddepcontrol.wait before its first load (and every other global access follows
-# one of its loads), so a launch with programmatic stream serialization cannot read stale data. Recorded
+# The producer issues griddepcontrol.wait before its first load of anything the previous grid may write
+# (every other global access follows one of its loads), so a launch with programmatic stream
+# serialization cannot read stale data. Recorded
 # in each manifest record as "pdl": the runtime refuses pdl=True for kernels without it.
 KERNEL_WAITS_FOR_PREDECESSOR = True
 
@@ -230,11 +235,24 @@ class HopperGemm(GroupedWalks):
         alpha: Float32,
         raster_along_m: Int32,
         group_size: Int32,
+        prefetch_operand: Int32,
         max_active_clusters: Int32,
         stream: cuda.CUstream,
     ):
         """mA: (M, K, L), mB: (N, K, L), mD: (M, N, L), each with one unit-stride mode."""
-        self._launch(mA, mB, mD, None, alpha, None, raster_along_m, group_size, max_active_clusters, stream)
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            prefetch_operand=prefetch_operand,
+        )
 
     def _launch(
         self,
@@ -252,6 +270,7 @@ class HopperGemm(GroupedWalks):
         workspace=None,
         cu_seqlens_m=None,
         a_idx=None,
+        prefetch_operand=None,
     ):
         """Build TMA descriptors, size the persistent grid and launch (traced inside a host entry).
 
@@ -373,6 +392,7 @@ class HopperGemm(GroupedWalks):
             workspace,
             cu_seqlens_m,
             a_idx,
+            prefetch_operand,
             self.tiled_mma,
             self.cta_layout_mnk,
             a_smem_staged,
@@ -443,6 +463,7 @@ class HopperGemm(GroupedWalks):
         workspace,
         cu_seqlens_m,
         a_idx,
+        prefetch_operand,
         tiled_mma: cute.TiledMma,
         cta_layout_mnk: cute.Layout,
         a_smem_staged: cute.ComposedLayout,
@@ -595,6 +616,7 @@ class HopperGemm(GroupedWalks):
                     tidx,
                     warp_idx,
                 )
+                cute.arch.griddepcontrol_launch_dependents()  # every load is issued
                 if warp_idx == self.producer_warp:
                     ab_pipeline.producer_tail(producer_state)
         elif cutlass.const_expr(self.gather_a):
@@ -623,11 +645,10 @@ class HopperGemm(GroupedWalks):
                     tidx,
                     warp_idx,
                 )
+                cute.arch.griddepcontrol_launch_dependents()  # every load is issued
                 if warp_idx == self.producer_warp:
                     ab_pipeline.producer_tail(producer_state)
         elif warp_idx == self.producer_warp:
-            # Programmatic dependent launch: nothing of the previous grid may be read before it is done.
-            cute.arch.griddepcontrol_wait()
             a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=1)
             b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=0)
             a_mcast_mask = a_mcast_mask if self.num_mcast_a > 1 else 0
@@ -635,6 +656,8 @@ class HopperGemm(GroupedWalks):
 
             producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
             if cutlass.const_expr(self.varlen_m):
+                # Programmatic dependent launch: nothing of the previous grid may be read before it is done.
+                cute.arch.griddepcontrol_wait()
                 producer_state = self._produce_grouped(
                     ab_pipeline,
                     producer_state,
@@ -658,6 +681,7 @@ class HopperGemm(GroupedWalks):
                     group_size,
                 )
             elif cutlass.const_expr(self.varlen_k):
+                cute.arch.griddepcontrol_wait()
                 producer_state = self._produce_grouped_k(
                     ab_pipeline,
                     producer_state,
@@ -679,31 +703,31 @@ class HopperGemm(GroupedWalks):
                     group_size,
                 )
             else:
-                linear = cluster_id
-                while linear < work_units:
-                    tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
-                    if cutlass.const_expr(self.k_split):
-                        tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
-                    ctile_m, ctile_n, batch = cluster_tile_coord(
-                        tile_linear, clusters_m, clusters_n, raster_along_m, group_size
-                    )
-                    tile_m = ctile_m * cm + cluster_coord_mnk[0]
-                    tile_n = ctile_n * cn + cluster_coord_mnk[1]
-                    producer_state = self._load_k_tiles(
-                        ab_pipeline,
-                        producer_state,
-                        tma_atom_a,
-                        tAgA[(None, tile_m, None, batch)],
-                        tAsA,
-                        tma_atom_b,
-                        tBgB[(None, tile_n, None, batch)],
-                        tBsB,
-                        a_mcast_mask,
-                        b_mcast_mask,
-                        k_begin,
-                        k_end,
-                    )
-                    linear += num_clusters
+                producer_state = self._produce_tiles(
+                    ab_pipeline,
+                    producer_state,
+                    tma_atom_a,
+                    tAgA,
+                    tAsA,
+                    tma_atom_b,
+                    tBgB,
+                    tBsB,
+                    a_mcast_mask,
+                    b_mcast_mask,
+                    prefetch_operand,
+                    k_tile_cnt,
+                    splits,
+                    work_units,
+                    clusters_m,
+                    clusters_n,
+                    cluster_id,
+                    num_clusters,
+                    cluster_coord_mnk,
+                    raster_along_m,
+                    group_size,
+                )
+            # Programmatic dependent launch: every load is issued, so the next grid may start its set-up.
+            cute.arch.griddepcontrol_launch_dependents()
             # Do not exit while peers may still multicast into / release to this CTA's stages.
             ab_pipeline.producer_tail(producer_state)
 
@@ -743,8 +767,6 @@ class HopperGemm(GroupedWalks):
                 warp_idx,
                 warp_group_idx,
             )
-            # Programmatic dependent launch: the next grid may start its prologue.
-            cute.arch.griddepcontrol_launch_dependents()
 
     @cute.jit
     def _load_k_tiles(
@@ -761,10 +783,36 @@ class HopperGemm(GroupedWalks):
         b_mcast_mask,
         k_begin: Int32,
         k_end: Int32,
+        early_a: Int32 = 0,
+        early_b: Int32 = 0,
     ):
         """Producer: TMA-load k-tiles [k_begin, k_end) of one tile's A and B rows into the ring (waiting
-        for each stage to be free). Returns the advanced producer state."""
-        for k_tile in range(k_begin, k_end):
+        for each stage to be free). Returns the advanced producer state. The first `early_a` (or
+        `early_b`) k-tiles already hold their stage, armed, with A's (or B's) part loaded
+        (`_load_early`): only the other operand is loaded for them, in a loop of their own, so that the
+        ordinary loop is the same code with and without early loads."""
+        early = cutlass.max(early_a, early_b)
+        for k_tile in range(k_begin, k_begin + early):
+            full_barrier = ab_pipeline.producer_get_barrier(producer_state)
+            if early_b > 0:
+                cute.copy(
+                    tma_atom_a,
+                    tAgA_k[(None, k_tile)],
+                    tAsA[(None, producer_state.index)],
+                    tma_bar_ptr=full_barrier,
+                    mcast_mask=a_mcast_mask,
+                )
+            else:
+                cute.copy(
+                    tma_atom_b,
+                    tBgB_k[(None, k_tile)],
+                    tBsB[(None, producer_state.index)],
+                    tma_bar_ptr=full_barrier,
+                    mcast_mask=b_mcast_mask,
+                )
+            ab_pipeline.producer_commit(producer_state)
+            producer_state.advance()
+        for k_tile in range(k_begin + early, k_end):
             ab_pipeline.producer_acquire(producer_state)
             full_barrier = ab_pipeline.producer_get_barrier(producer_state)
             cute.copy(
@@ -783,6 +831,143 @@ class HopperGemm(GroupedWalks):
             )
             ab_pipeline.producer_commit(producer_state)
             producer_state.advance()
+        return producer_state
+
+    @cute.jit
+    def _load_early(
+        self,
+        ab_pipeline,
+        tma_atom,
+        tXgX_k,
+        tXsX,
+        mcast_mask,
+        k_begin: Int32,
+        count: Int32,
+    ):
+        """Producer, before griddepcontrol.wait: claim the ring's first `count` stages (all free at the
+        start), arm each for the whole k-tile (A and B bytes) and TMA-load one operand's k-tiles
+        [k_begin, k_begin + count) into them; `_load_k_tiles` adds the other operand after the wait. The
+        stage stays incomplete until both have landed, so the consumers see nothing early."""
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
+        for i in range(count):
+            ab_pipeline.producer_acquire(state)
+            cute.copy(
+                tma_atom,
+                tXgX_k[(None, k_begin + i)],
+                tXsX[(None, state.index)],
+                tma_bar_ptr=ab_pipeline.producer_get_barrier(state),
+                mcast_mask=mcast_mask,
+            )
+            state.advance()
+
+    def _plain_unit(
+        self,
+        linear,
+        k_tile_cnt,
+        splits,
+        clusters_m,
+        clusters_n,
+        raster_along_m,
+        group_size,
+        cluster_coord_mnk,
+    ):
+        """The plain walk's work unit `linear` for this CTA: (tile m, tile n, batch, first k-tile, end
+        k-tile); a whole tile's K unless split-K (tile_scheduler.py)."""
+        cm, cn = self.cluster_mn
+        tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
+        if cutlass.const_expr(self.k_split):
+            tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
+        ctile_m, ctile_n, batch = cluster_tile_coord(
+            tile_linear, clusters_m, clusters_n, raster_along_m, group_size
+        )
+        return ctile_m * cm + cluster_coord_mnk[0], ctile_n * cn + cluster_coord_mnk[1], batch, k_begin, k_end
+
+    @cute.jit
+    def _produce_tiles(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        tAgA,
+        tAsA,
+        tma_atom_b,
+        tBgB,
+        tBsB,
+        a_mcast_mask,
+        b_mcast_mask,
+        prefetch_operand: Int32,
+        k_tile_cnt: Int32,
+        splits,
+        work_units: Int32,
+        clusters_m: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+    ):
+        """Producer of the plain walk (one tile or split-K unit after another, tile_scheduler.py), with
+        programmatic dependent launch: nothing the previous grid may write is read before
+        griddepcontrol.wait, except the operand `prefetch_operand` names (1: A, 2: B), which the launch
+        declared not written by it: that operand's k-tiles of the first unit's first ring fill are
+        loaded before the wait, so a grid launched early streams its weights while the previous one
+        finishes. Every CTA of a cluster loads the same k-tiles early (they walk the same units), so
+        multicast stages fill as usual. Returns the advanced producer state."""
+        walk = (k_tile_cnt, splits, clusters_m, clusters_n, raster_along_m, group_size, cluster_coord_mnk)
+        early_a = Int32(0)
+        early_b = Int32(0)
+        # Nothing of this is on the path of a launch without the permission: the time to its first
+        # load is latency that small problems feel.
+        if prefetch_operand != 0:
+            if cluster_id < work_units:
+                tile_m, tile_n, batch, k_begin, k_end = self._plain_unit(cluster_id, *walk)
+                count = cutlass.min(k_end - k_begin, self.ab_stages)
+                if prefetch_operand == 1:
+                    early_a = count
+                    self._load_early(
+                        ab_pipeline,
+                        tma_atom_a,
+                        tAgA[(None, tile_m, None, batch)],
+                        tAsA,
+                        a_mcast_mask,
+                        k_begin,
+                        count,
+                    )
+                else:
+                    early_b = count
+                    self._load_early(
+                        ab_pipeline,
+                        tma_atom_b,
+                        tBgB[(None, tile_n, None, batch)],
+                        tBsB,
+                        b_mcast_mask,
+                        k_begin,
+                        count,
+                    )
+        cute.arch.griddepcontrol_wait()
+        linear = cluster_id
+        while linear < work_units:
+            tile_m, tile_n, batch, k_begin, k_end = self._plain_unit(linear, *walk)
+            producer_state = self._load_k_tiles(
+                ab_pipeline,
+                producer_state,
+                tma_atom_a,
+                tAgA[(None, tile_m, None, batch)],
+                tAsA,
+                tma_atom_b,
+                tBgB[(None, tile_n, None, batch)],
+                tBsB,
+                a_mcast_mask,
+                b_mcast_mask,
+                k_begin,
+                k_end,
+                early_a,
+                early_b,
+            )
+            early_a = Int32(0)
+            early_b = Int32(0)
+            linear += num_clusters
         return producer_state
 
     @cute.jit
@@ -1580,11 +1765,24 @@ class HopperGemmWithC(HopperGemm):
         beta: Float32,
         raster_along_m: Int32,
         group_size: Int32,
+        prefetch_operand: Int32,
         max_active_clusters: Int32,
         stream: cuda.CUstream,
     ):
         """mC: (M, N, L) like mD, with its own dtype and unit-stride mode; it may be the same memory as D."""
-        self._launch(mA, mB, mD, mC, alpha, beta, raster_along_m, group_size, max_active_clusters, stream)
+        self._launch(
+            mA,
+            mB,
+            mD,
+            mC,
+            alpha,
+            beta,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            prefetch_operand=prefetch_operand,
+        )
 
 
 class HopperGemmSplitK(HopperGemm):
@@ -1601,6 +1799,7 @@ class HopperGemmSplitK(HopperGemm):
         alpha: Float32,
         raster_along_m: Int32,
         group_size: Int32,
+        prefetch_operand: Int32,
         max_active_clusters: Int32,
         k_splits: Int32,
         workspace: cute.Pointer,
@@ -1619,6 +1818,7 @@ class HopperGemmSplitK(HopperGemm):
             stream,
             k_splits,
             workspace,
+            prefetch_operand=prefetch_operand,
         )
 
 

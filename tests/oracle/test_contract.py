@@ -59,6 +59,7 @@ def _random_problem(rng: random.Random, rec) -> dict:
         beta=scale(),
         raster_along_m=rng.randint(0, 1),
         group_size=rng.randint(1, 16),
+        prefetch_operand=rng.randint(0, 2),  # the plain walk's kernels (contract 6)
         max_active_clusters=rng.randint(1, 200),
         # Split-K instances: any count the runtime accepts (1 .. k-tiles), and a workspace address.
         k_splits=rng.randint(1, scheduling.k_tiles(k, rec.spec.tile[2])),
@@ -103,7 +104,13 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
         assert [p.operand for p in rec.params if p.kind == "tensormap"] == described, kinds
         assert {p.operand for p in rec.params if p.kind == "tensor"} == plain
         split = spec.k_split == "split"
-        i32 = {"raster_along_m", "group_size", *(("k_splits",) if split else ())}
+        plain_walk = spec.varlen == "none"  # its kernel may load B early (contract 6: prefetch_operand)
+        i32 = {
+            "raster_along_m",
+            "group_size",
+            *(("k_splits",) if split else ()),
+            *(("prefetch_operand",) if plain_walk else ()),
+        }
         assert {p.name for p in rec.params if p.kind == "i32"} == i32
         pointers = {"workspace"} if split else {"cu_seqlens_m"} if spec.varlen_m else set()
         pointers |= {"cu_seqlens_k"} if spec.varlen_k else set()
@@ -151,6 +158,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values[name] = pr[name]
             if spec.k_split == "split":
                 values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
+            if spec.varlen == "none":
+                values["prefetch_operand"] = pr["prefetch_operand"]
             if spec.varlen_m:
                 values["cu_seqlens_m"] = pr["cu_seqlens_m"]
             if spec.varlen_k:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from runtime.contract import InstanceRecord, Manifest, Param, TensorMapRecipe
-from runtime.spec import GemmSpec
+from runtime.spec import GemmSpec, Varlen
 
 _DESC_DIMS = {"a": ("k", "m", "l"), "b": ("k", "n", "l"), "d": ("n", "m", "l"), "c": ("n", "m", "l")}
 _SHAPE_DIMS = {"a": ("m", "k", "l"), "b": ("n", "k", "l"), "d": ("m", "n", "l"), "c": ("m", "n", "l")}
@@ -53,7 +53,13 @@ def params(s: GemmSpec) -> tuple[tuple[Param, ...], int]:
     for name in ("alpha", "beta") if s.has_c else ("alpha",):
         out.append(Param("f32", offset, 4, name=name))
         offset += 4
-    for name in ("raster_along_m", "group_size"):
+    # The plain walk's kernels also take prefetch_operand (contract 6); grouped ones do not.
+    plain_walk = s.varlen == Varlen.none
+    for name in (
+        ("raster_along_m", "group_size", "prefetch_operand")
+        if plain_walk
+        else ("raster_along_m", "group_size")
+    ):
         out.append(Param("i32", offset, 4, name=name))
         offset += 4
     out.append(Param("opaque", offset, 1))

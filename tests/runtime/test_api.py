@@ -92,6 +92,7 @@ def _values(
     cu_seqlens_m=None,
     a_rows=None,
     a_idx=None,
+    prefetch=0,
 ):
     ops = problem.layouts(rec.spec)
     values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)], groups, a_rows)
@@ -114,6 +115,7 @@ def _values(
         raster_along_m=along if raster is None else int(raster) ^ swap,
     )
     values["group_size"] = g if group is None else group
+    values["prefetch_operand"] = prefetch
     if rec.spec.k_split == "split":
         k_tile_count = scheduling.k_tiles(k, rec.spec.tile[2])
         default = scheduling.default_k_splits(cm * cn * batch, k_tile_count)
@@ -350,6 +352,38 @@ def test_pdl_is_opt_in_and_sets_programmatic_stream_serialization(ci, fake):
     assert PSS not in _attrs(fake.launches[-1])
 
 
+def test_b_ready_sends_the_operand_to_load_early_only_with_pdl(ci, fake):
+    """launch(pdl=True, b_ready=True) sets the kernel's prefetch_operand to the slot that holds B (2; 1
+    for a swap-AB kernel, whose A is the caller's B); without pdl, or without b_ready, it stays 0, and
+    a cached entry of one mode never serves another. Grouped kernels have no such parameter and launch
+    as with pdl alone."""
+    plain = [iid for iid in ci.instances if ci.record(iid).spec.varlen == "none"]
+    assert any(ci.record(i).spec.swap_ab for i in plain) and any(not ci.record(i).spec.swap_ab for i in plain)
+    for iid in plain:
+        rec = ci.record(iid)
+        fake.param_sizes = tuple(p.size for p in rec.params)
+        pr = _random_problem(random.Random(iid), rec)
+        kw = dict(m=pr["m"], n=pr["n"], k=pr["k"])
+        extra = {}
+        if rec.spec.has_c:
+            extra.update(c=C)
+        if rec.spec.k_split == "split":
+            extra.update(k_splits=1)
+        early = 1 if rec.spec.swap_ab else 2
+        for pdl, b_ready, want in [
+            (True, True, early),
+            (True, False, 0),
+            (False, True, 0),
+            (True, True, early),
+        ]:
+            runtime.launch(iid, (A, B, D), 0, pdl=pdl, b_ready=b_ready, **kw, **extra)
+            sent = dict(zip((p.name for p in rec.params), fake.launches[-1].values))
+            assert sent["prefetch_operand"] == struct.pack("<i", want), (iid, pdl, b_ready)
+            assert (PSS in _attrs(fake.launches[-1])) == pdl
+    grouped = next(iid for iid in ci.instances if ci.record(iid).spec.varlen == "m")
+    assert all(p.name != "prefetch_operand" for p in ci.record(grouped).params)
+
+
 BAD = [
     (dict(ptrs=(A + 2, B, D)), "not a 16-byte aligned"),
     (dict(ptrs=(A, 0, D)), "pointer b is null"),
@@ -379,6 +413,8 @@ BAD = [
     (dict(alpha="2"), "alpha='2' is not a real number"),
     (dict(alpha=True), "alpha=True is not a real number"),
     (dict(pdl=1), "pdl=1"),
+    (dict(pdl=True, b_ready=1), "b_ready=1"),
+    (dict(b_ready="yes"), "b_ready='yes'"),
     (dict(ptrs=(A, B, A + 4096)), r"output d \[0x7f1000001000, .*overlaps input a"),
     (dict(ptrs=(A, B, B - 16)), "overlaps input b"),
     (dict(ptrs=(A, B, A)), "overlaps input a"),  # D = A in place would race too

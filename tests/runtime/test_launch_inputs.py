@@ -44,6 +44,7 @@ CONFUSED = [
     (dict(batch=2, batch_stride_d=2**16), dict(batch=2, batch_stride_d=65536.0), "batch_stride_d=65536.0"),
     (dict(raster_along_m=1), dict(raster_along_m=1.0), "raster_along_m=1.0"),
     (dict(pdl=True), dict(pdl=1), "pdl=1"),
+    (dict(pdl=True, b_ready=True), dict(pdl=True, b_ready=1), "b_ready=1"),
     (dict(stream=1), dict(stream=True), "cannot use bool True as a CUDA stream"),
     (dict(ptrs=(A, B, D)), dict(ptrs=(float(A), B, D)), "pointer a=.* is not an int"),
     (dict(alpha=1.0), dict(alpha=True), "alpha=True is not a real number"),

@@ -40,7 +40,7 @@ def test_valid_manifest_loads_and_round_trips(kernels, doc):
     rec = kernels.record(IDS[0])
     assert rec == RECORDS[0] and rec.id == IDS[0] == rec.spec.name()
     assert rec.block == (384, 1, 1) and rec.cluster == (2, 1, 1) and rec.cluster_size == 2
-    assert rec.param_offsets == (48, 176, 240, 368, 432, 560, 572, 576, 580, 584)
+    assert rec.param_offsets == (48, 176, 240, 368, 432, 560, 572, 576, 580, 584, 588)
     assert [p.kind for p in rec.params[:4]] == ["tensormap", "shape"] * 2
     assert rec.params[0].operand == "a" and rec.params[0].tensormap.dims == ("k", "m", "l")
     assert rec.params[1].dims == ("m", "k", "l") and rec.params[7].name == "raster_along_m"
@@ -127,7 +127,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("params", 9, "kind"), "f64", r"params\[9\]\.kind must be one of"),
         (("params", 6, "name"), "beta", r"carry the scales \['beta'\]"),
         (("params", 2, "tensormap", "dtype"), "fp16", r"tensormap\.dtype fp16 disagrees"),
-        (("future_field",), 1, r"future_field is not a field of contract version 5"),
+        (("future_field",), 1, r"future_field is not a field of contract version 6"),
     ],
 )
 def test_malformed_field_is_named(tmp_path, doc, path, value, message):
@@ -256,7 +256,8 @@ def test_record_with_c_epilogue_loads(tmp_path):
         (
             ("params", 10, "name"),
             "alpha",
-            r"params\[10\]\.name must be one of \['raster_along_m', 'group_size', 'k_splits'\]",
+            r"params\[10\]\.name must be one of "
+            r"\['raster_along_m', 'group_size', 'prefetch_operand', 'k_splits'\]",
         ),
         (("params", 6, "tensormap", "operand"), "e", r"params\[6\]\.tensormap\.operand must be one of"),
         (
