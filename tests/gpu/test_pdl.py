@@ -10,7 +10,9 @@ difference is a read of stale or half-written data):
 - a chain of 50 launches ping-ponging between two buffers (each launch reads the buffer the previous one
   wrote and overwrites the one it read: read-after-write and write-after-read), eagerly and captured in a
   CUDA graph (PDL becomes programmatic graph edges). Instances with C use the input as C too
-  (X' = alpha * X @ W^T + beta * X, a residual update), so C loads must wait as well.
+  (X' = alpha * X @ W^T + beta * X, a residual update), so C loads must wait as well. The chain runs
+  also with b_ready=True (W is never written, so each launch may load W before the wait): only W may
+  be read early, and X, the previous launch's output, still after it.
 Chainable instances: D's dtype is A's and D's storage is A's (n-major D = k-major A, m-major D = m-major A).
 """
 
@@ -64,13 +66,33 @@ def random_mat(inst, op: str, rows: int, cols: int, gen) -> Mat:
     return x
 
 
-def gemm(inst, x: Mat, w: Mat, out: Mat, alpha: float, beta: float, pdl: bool, stream, c: Mat | None = None):
+def gemm(
+    inst,
+    x: Mat,
+    w: Mat,
+    out: Mat,
+    alpha: float,
+    beta: float,
+    pdl: bool,
+    stream,
+    c: Mat | None = None,
+    b_ready: bool = False,
+):
     """out = alpha * x @ w^T, + beta * C for instances with C (C = x, the residual, unless given)."""
     m, k = x.t.shape
     n = w.t.shape[0]
     kw = {"c": (x if c is None else c).ptr(), "beta": beta} if inst.has_c else {}
     g.hgemm_sm90.launch(
-        inst.id, (x.ptr(), w.ptr(), out.ptr()), stream, m=m, n=n, k=k, alpha=alpha, pdl=pdl, **kw
+        inst.id,
+        (x.ptr(), w.ptr(), out.ptr()),
+        stream,
+        m=m,
+        n=n,
+        k=k,
+        alpha=alpha,
+        pdl=pdl,
+        b_ready=b_ready,
+        **kw,
     )
 
 
@@ -114,16 +136,19 @@ def test_pdl_pair(inst, gen):
         )
 
 
-def run_chain(inst, xs: list[Mat], w: Mat, alpha: float, beta: float, pdl: bool, stream) -> None:
+def run_chain(
+    inst, xs: list[Mat], w: Mat, alpha: float, beta: float, pdl: bool, stream, b_ready: bool = False
+) -> None:
     for i in range(CHAIN):
-        gemm(inst, xs[i % 2], w, xs[(i + 1) % 2], alpha, beta, pdl, stream)
+        gemm(inst, xs[i % 2], w, xs[(i + 1) % 2], alpha, beta, pdl, stream, b_ready=b_ready)
 
 
+@pytest.mark.parametrize("b_ready", [False, True], ids=["b_waits", "b_ready"])
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 @pytest.mark.parametrize("inst", PDL_INSTANCES, ids=g._id)
-def test_pdl_chain(inst, mode, gen):
+def test_pdl_chain(inst, mode, b_ready, gen):
     """50 dependent launches ping-ponging between two buffers, with pdl=True (eagerly, or captured in a CUDA
-    graph and replayed), equal the same chain without PDL."""
+    graph and replayed; with and without b_ready, W being constant), equal the same chain without PDL."""
     m, n = CHAIN_SHAPE
     stream = torch.cuda.current_stream()
     x0 = random_mat(inst, "d", m, n, gen)
@@ -144,11 +169,11 @@ def test_pdl_chain(inst, mode, gen):
     if mode == "graph":
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            run_chain(inst, xs, w, alpha, beta, True, torch.cuda.current_stream())
+            run_chain(inst, xs, w, alpha, beta, True, torch.cuda.current_stream(), b_ready)
     for r in range(3):
         reset()
         if graph is None:
-            run_chain(inst, xs, w, alpha, beta, True, stream)
+            run_chain(inst, xs, w, alpha, beta, True, stream, b_ready)
         else:
             graph.replay()
         torch.cuda.synchronize()
@@ -159,3 +184,64 @@ def test_pdl_chain(inst, mode, gen):
                 f"{mode} run {r}: buffer {j} after {CHAIN} launches with pdl=True vs without",
                 "(m, n)",
             )
+
+
+# A decode chain through gemm(): M tokens through two weights in turn (x -> y = x @ W1 -> x' = y @ W2),
+# the shapes where dispatch picks swap-AB instances (whose kernel A is the caller's B, so b_ready loads
+# the kernel's A early) and split-K ones (the per-stream workspace between overlapping launches).
+DECODE_CHAIN = 20
+DECODE_NK = (2112, 7168)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("m", [1, 8, 64])
+def test_decode_chain_through_gemm_with_b_ready(m, graph, gen):
+    """gemm(pdl=True, b_ready=True) over a chain of dependent decode GEMMs (eagerly, or captured in a CUDA
+    graph) equals the chain without PDL, bit for bit."""
+    n, k = DECODE_NK
+    bf16 = torch.bfloat16
+    w1 = (g.random_values((n, k), bf16, gen) / math.sqrt(k)).to(bf16)  # N x K, K-major: b = w1.T
+    w2 = (g.random_values((k, n), bf16, gen) / math.sqrt(n)).to(bf16)
+    x0 = g.random_values((m, k), bf16, gen).to(bf16)
+    x, y = torch.empty_like(x0), torch.empty((m, n), dtype=bf16, device=g.DEVICE)
+    picks = {
+        g.hgemm_sm90.select(m, n, k, a_dtype="bf16").instance_id,
+        g.hgemm_sm90.select(m, k, n, a_dtype="bf16").instance_id,
+    }
+
+    def chain(pdl: bool) -> None:
+        for _ in range(DECODE_CHAIN):
+            g.hgemm_sm90.gemm(x, w1.T, out=y, pdl=pdl, b_ready=pdl)
+            g.hgemm_sm90.gemm(y, w2.T, out=x, pdl=pdl, b_ready=pdl)
+
+    def reset() -> None:
+        x.copy_(x0)
+        y.fill_(float("nan"))
+
+    reset()
+    chain(False)
+    torch.cuda.synchronize()
+    ref = x.clone()
+    assert torch.isfinite(ref.float()).all(), f"the chain without PDL left NaN or overflowed ({picks})"
+    cuda_graph = None
+    if graph:
+        # Warm on the capture stream: its split-K workspace exists before capture (a stream without one
+        # runs split-K instances as one split, which sums in another order).
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            chain(True)
+        torch.cuda.synchronize()
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph, stream=side):
+            chain(True)
+    for r in range(3):
+        reset()
+        if cuda_graph is None:
+            chain(True)
+        else:
+            cuda_graph.replay()
+        torch.cuda.synchronize()
+        g.assert_bitwise_equal(
+            x, ref, f"run {r}: {picks} chained with pdl=True, b_ready=True vs without", "(m, k)"
+        )
