@@ -220,6 +220,9 @@ class BenchArgs:
     json: Path | None
     markdown: Path | None
     plot: Path | None
+    # The gemm() runners launch with pdl=True, b_ready=True (a chain of GEMMs whose weights B no launch
+    # writes: each may start, and load B, while the previous one finishes); tune.py's evaluate --pdl.
+    pdl: bool = False
 
 
 def parse_args(argv: list[str] | None) -> BenchArgs:
@@ -572,17 +575,21 @@ def interleaved(
             getattr(r, into).append(time_batch(torch, r, iters, stream, lead_cycles))
 
 
-def gemm_runners(hg, sets: list, combo: Combo, stream) -> list[Runner]:
+def gemm_runners(hg, sets: list, combo: Combo, stream, pdl: bool = False) -> list[Runner]:
     """One runner per series calling ``hgemm_sm90.gemm(a, b.T, out=d)`` on the packed (K-major A and B,
-    N-major D) sets: dispatch (`select`) picks the instance, as for any caller."""
+    N-major D) sets: dispatch (`select`) picks the instance, as for any caller. pdl: with ``pdl=True,
+    b_ready=True`` (the sets' B are never written, so each launch may load its B early)."""
     fasts = (False, True) if combo.fp8 else (False,)
+    modes = {"pdl": True, "b_ready": True} if pdl else {}
     return [
         Runner(
             f"gemm() [{series_of(combo, fast) or combo}]",
             "gemm",
             series_of(combo, fast),
             [
-                partial(hg.gemm, a[0], b[0].T, out=d[0], fp8_fast_accum=fast, stream=stream.cuda_stream)
+                partial(
+                    hg.gemm, a[0], b[0].T, out=d[0], fp8_fast_accum=fast, stream=stream.cuda_stream, **modes
+                )
                 for a, b, d, _ in sets
             ],
         )
@@ -639,7 +646,7 @@ def bench_shape(
         fast = bool(getattr(inst, "fp8_fast_accum", False))
         runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls, keep=workspace))
     if dispatch:
-        runners += gemm_runners(hg, sets[Layout()], combo, stream)
+        runners += gemm_runners(hg, sets[Layout()], combo, stream, args.pdl)
     stream.wait_stream(torch.cuda.current_stream())  # the workspaces' zeroing, on torch's current stream
     for r in runners:  # warm-up: module load, first-touch, clocks, cuBLAS workspaces; errors drop the runner
         try:

@@ -104,7 +104,7 @@ def bench_args(args) -> bench.BenchArgs:
         suite=None, shapes=None, dtype=None, b_dtype=None, out_dtype=None, kernels=None,
         reps=args.reps, iters=args.iters, graph_iters=args.graph_iters, timing="auto", top=args.top,
         screen_reps=args.screen_reps, screen_iters=3, lead_ms=1.0, warmup_s=0.0, host_calls=0, json=None,
-        markdown=None, plot=None,
+        markdown=None, plot=None, pdl=getattr(args, "pdl", False),
     )  # fmt: skip
 
 
@@ -419,7 +419,8 @@ def render(verdicts: list[Verdict], host: dict, env: dict, args) -> str:
     )
     lines = [
         f"{what}; {env['gpu']}, torch {env['torch']}, {env['date']}. gemm(): `hgemm_sm90.gemm(a, b.T, "
-        "out=d)`, dispatch picking; TB/s: (A + B + D bytes) / time.",
+        f"out=d{', pdl=True, b_ready=True' if args.pdl else ''})`, dispatch picking; TB/s: (A + B + D "
+        "bytes) / time.",
         "",
         "| class | shape | selected (source) | gemm() µs | TFLOP/s | TB/s | gemm() / fastest "
         "| gemm() / cuBLAS | fastest shipped |",
@@ -496,6 +497,11 @@ def parse_args(argv: list[str]):
     p.add_argument("--markdown", type=Path, default=None, help="evaluate: write the table here")
     p.add_argument("--json", type=Path, default=None, help="evaluate: write every verdict here")
     p.add_argument("--plot", type=Path, default=None, help="evaluate: gemm() / cuBLAS per shape as a PNG")
+    p.add_argument(
+        "--pdl",
+        action="store_true",
+        help="evaluate: gemm() with pdl=True, b_ready=True (a chain of GEMMs on weights no launch writes)",
+    )
     args = p.parse_args(argv)
     args.argv = argv
     return args
