@@ -16,15 +16,15 @@ of the wheel's requirements.
 The operators and their schemas::
 
     gemm(Tensor a, Tensor b, Tensor? c=None, float alpha=1.0, float beta=0.0, bool fp8_fast_accum=False,
-         ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor
+         ScalarType? out_dtype=None, bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor
     mm(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None,
-       bool fp16_accum=False) -> Tensor
+       bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor
     addmm(Tensor c, Tensor a, Tensor b, *, float beta=1.0, float alpha=1.0, bool fp8_fast_accum=False,
-          ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor
+          ScalarType? out_dtype=None, bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor
     bmm(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None,
-        bool fp16_accum=False) -> Tensor
+        bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor
     gemm_out(Tensor a, Tensor b, Tensor(a!) out, Tensor? c=None, float alpha=1.0, float beta=0.0,
-             bool fp8_fast_accum=False, bool fp16_accum=False) -> ()
+             bool fp8_fast_accum=False, bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> ()
     grouped_mm(Tensor a, Tensor b, Tensor offs, Tensor? a_idx=None, *, bool fp8_fast_accum=False,
                ScalarType? out_dtype=None) -> Tensor
 
@@ -54,6 +54,11 @@ All compute ``alpha * a @ b + beta * c`` with `hgemm_sm90.gemm` (dispatch picks 
 - ``fp16_accum=True`` (fp16 a and b only) asks for an instance that accumulates in fp16, as
   `hgemm_sm90.gemm`'s option of the same name: faster on large problems, with an error that grows with
   K; never chosen otherwise.
+- ``pdl`` and ``b_ready`` are `hgemm_sm90.gemm`'s (programmatic dependent launch): ``pdl=True`` lets the
+  kernel start while the stream's previous kernel finishes (it waits for it before reading a, and c);
+  ``b_ready=True`` also lets it load b first, which is right when b is a weight that the previous
+  kernel does not write: for chains of decode-sized GEMMs (docs/PERF.md). In a CUDA graph (and
+  ``torch.compile(mode="reduce-overhead")``) the launches become programmatic graph edges.
 - ``grouped_mm`` is `hgemm_sm90.grouped_gemm` (one launch for a mixture-of-experts layer): ``offs`` is the
   int32 CUDA tensor of the G + 1 group offsets *with* the leading 0 (``torch._grouped_mm`` takes them
   without it). A 3-D b (G, K, N) groups a's rows: the output is (M, N), M = a's rows, or len(a_idx) when
@@ -89,15 +94,16 @@ NAMESPACE = "hgemm_sm90"
 
 SCHEMAS = {
     "gemm": "(Tensor a, Tensor b, Tensor? c=None, float alpha=1.0, float beta=0.0, "
-    "bool fp8_fast_accum=False, ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor",
+    "bool fp8_fast_accum=False, ScalarType? out_dtype=None, bool fp16_accum=False, bool pdl=False, "
+    "bool b_ready=False) -> Tensor",
     "mm": "(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None, "
-    "bool fp16_accum=False) -> Tensor",
+    "bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor",
     "addmm": "(Tensor c, Tensor a, Tensor b, *, float beta=1.0, float alpha=1.0, bool fp8_fast_accum=False, "
-    "ScalarType? out_dtype=None, bool fp16_accum=False) -> Tensor",
+    "ScalarType? out_dtype=None, bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor",
     "bmm": "(Tensor a, Tensor b, *, bool fp8_fast_accum=False, ScalarType? out_dtype=None, "
-    "bool fp16_accum=False) -> Tensor",
+    "bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> Tensor",
     "gemm_out": "(Tensor a, Tensor b, Tensor(a!) out, Tensor? c=None, float alpha=1.0, float beta=0.0, "
-    "bool fp8_fast_accum=False, bool fp16_accum=False) -> ()",
+    "bool fp8_fast_accum=False, bool fp16_accum=False, bool pdl=False, bool b_ready=False) -> ()",
     # a_idx is positional: torch.library refuses keyword-only Tensor arguments (torch 2.11).
     "grouped_mm": "(Tensor a, Tensor b, Tensor offs, Tensor? a_idx=None, *, bool fp8_fast_accum=False, "
     "ScalarType? out_dtype=None) -> Tensor",
@@ -318,7 +324,9 @@ def _fake(a, b, c, beta, out_dtype, op):
     return a.new_empty(shape, dtype=dtype)  # contiguous, on a's (fake) device, like the real output
 
 
-def _launch(a, b, out, c, alpha, beta, fp8_fast_accum, fold, fp16_accum=False) -> None:
+def _launch(
+    a, b, out, c, alpha, beta, fp8_fast_accum, fold, fp16_accum=False, pdl=False, b_ready=False
+) -> None:
     """out = alpha * a @ b + beta * c on torch's current stream of a's device; with ``fold``, first bring
     a, b and c to the 2-D or 3-D problem `hgemm_sm90.gemm` runs (out is contiguous then)."""
     if c is not None and beta == 0.0:
@@ -338,6 +346,8 @@ def _launch(a, b, out, c, alpha, beta, fp8_fast_accum, fold, fp16_accum=False) -
     kw = {} if c is None else {"c": c, "beta": beta}
     if fp16_accum:
         kw["fp16_accum"] = True
+    if pdl or b_ready:
+        kw.update(pdl=pdl, b_ready=b_ready)
     _hgemm(a, b, out, alpha=alpha, fp8_fast_accum=fp8_fast_accum, stream=_raw_stream(a.device.index), **kw)
 
 
@@ -375,43 +385,89 @@ def _opt_name(dtype):
     return None if dtype is None else dtype_name(dtype)
 
 
-def _gemm(a, b, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _gemm(
+    a,
+    b,
+    c=None,
+    alpha=1.0,
+    beta=0.0,
+    fp8_fast_accum=False,
+    out_dtype=None,
+    fp16_accum=False,
+    pdl=False,
+    b_ready=False,
+):
     out = _new(a, b, c, beta, out_dtype, "gemm")
-    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True, fp16_accum)
+    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True, fp16_accum, pdl, b_ready)
     return out
 
 
-def _gemm_fake(a, b, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _gemm_fake(
+    a,
+    b,
+    c=None,
+    alpha=1.0,
+    beta=0.0,
+    fp8_fast_accum=False,
+    out_dtype=None,
+    fp16_accum=False,
+    pdl=False,
+    b_ready=False,
+):
     return _fake(a, b, c, beta, out_dtype, "gemm")
 
 
-def _mm(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _mm(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False, pdl=False, b_ready=False):
     out = _new(a, b, None, 0.0, out_dtype, "mm")
-    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False, fp16_accum)
+    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False, fp16_accum, pdl, b_ready)
     return out
 
 
-def _mm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _mm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False, pdl=False, b_ready=False):
     return _fake(a, b, None, 0.0, out_dtype, "mm")
 
 
-def _addmm(c, a, b, *, beta=1.0, alpha=1.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _addmm(
+    c,
+    a,
+    b,
+    *,
+    beta=1.0,
+    alpha=1.0,
+    fp8_fast_accum=False,
+    out_dtype=None,
+    fp16_accum=False,
+    pdl=False,
+    b_ready=False,
+):
     out = _new(a, b, c, beta, out_dtype, "addmm")
-    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True, fp16_accum)
+    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, True, fp16_accum, pdl, b_ready)
     return out
 
 
-def _addmm_fake(c, a, b, *, beta=1.0, alpha=1.0, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _addmm_fake(
+    c,
+    a,
+    b,
+    *,
+    beta=1.0,
+    alpha=1.0,
+    fp8_fast_accum=False,
+    out_dtype=None,
+    fp16_accum=False,
+    pdl=False,
+    b_ready=False,
+):
     return _fake(a, b, c, beta, out_dtype, "addmm")
 
 
-def _bmm(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _bmm(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False, pdl=False, b_ready=False):
     out = _new(a, b, None, 0.0, out_dtype, "bmm")
-    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False, fp16_accum)
+    _launch(a, b, out, None, 1.0, 0.0, fp8_fast_accum, False, fp16_accum, pdl, b_ready)
     return out
 
 
-def _bmm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False):
+def _bmm_fake(a, b, *, fp8_fast_accum=False, out_dtype=None, fp16_accum=False, pdl=False, b_ready=False):
     return _fake(a, b, None, 0.0, out_dtype, "bmm")
 
 
@@ -427,12 +483,16 @@ def _gemm_out_check(a, b, out, c, beta) -> None:
     check_c(None if c is None else c.shape, shape, beta)
 
 
-def _gemm_out(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False):
+def _gemm_out(
+    a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False, pdl=False, b_ready=False
+):
     _gemm_out_check(a, b, out, c, beta)
-    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, False, fp16_accum)
+    _launch(a, b, out, c, alpha, beta, fp8_fast_accum, False, fp16_accum, pdl, b_ready)
 
 
-def _gemm_out_fake(a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False):
+def _gemm_out_fake(
+    a, b, out, c=None, alpha=1.0, beta=0.0, fp8_fast_accum=False, fp16_accum=False, pdl=False, b_ready=False
+):
     _gemm_out_check(a, b, out, c, beta)
 
 

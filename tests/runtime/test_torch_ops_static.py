@@ -158,7 +158,7 @@ def test_the_requested_schemas():
     schemas = torch_ops.SCHEMAS
     assert schemas["gemm"].startswith(
         "(Tensor a, Tensor b, Tensor? c=None, float alpha=1.0, float beta=0.0, bool fp8_fast_accum=False, "
-        "ScalarType? out_dtype=None, bool fp16_accum=False)"
+        "ScalarType? out_dtype=None, bool fp16_accum=False, bool pdl=False, bool b_ready=False)"
     )
     assert schemas["addmm"].startswith("(Tensor c, Tensor a, Tensor b, *, float beta=1.0, float alpha=1.0")
     assert schemas["mm"].startswith("(Tensor a, Tensor b, *") and schemas["bmm"].startswith(
@@ -169,6 +169,7 @@ def test_the_requested_schemas():
         assert schemas[name].endswith("-> Tensor") and "(a!)" not in schemas[name]
     for name in ("gemm", "mm", "addmm", "bmm", "gemm_out"):  # fp16 accumulation: the same on every GEMM op
         assert "bool fp16_accum=False" in schemas[name], name
+        assert "bool pdl=False, bool b_ready=False" in schemas[name], name  # PDL chains, as gemm()
     assert schemas["grouped_mm"].startswith("(Tensor a, Tensor b, Tensor offs, Tensor? a_idx=None, *")
 
 
