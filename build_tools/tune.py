@@ -104,7 +104,7 @@ def bench_args(args) -> bench.BenchArgs:
         suite=None, shapes=None, dtype=None, b_dtype=None, out_dtype=None, kernels=None,
         reps=args.reps, iters=args.iters, graph_iters=args.graph_iters, timing="auto", top=args.top,
         screen_reps=args.screen_reps, screen_iters=3, lead_ms=1.0, warmup_s=0.0, host_calls=0, json=None,
-        markdown=None, plot=None, pdl=getattr(args, "pdl", False),
+        markdown=None, plot=None, pdl=args.pdl,
     )  # fmt: skip
 
 

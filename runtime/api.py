@@ -220,6 +220,7 @@ def launch_general(
         # The default streams (0, 1, 2) run in the calling thread's current context, so it is part of
         # their key; any other stream's context is fixed, and its entry remembers it.
         ctx = 0 <= s < 3 and rt.devices.current_context()
+        mode = pdl if b_ready is False else _mode(pdl, b_ready)  # the launch key's pdl slot
         if (
             lda
             is ldb
@@ -234,7 +235,6 @@ def launch_general(
             is k_splits
             is None
         ):
-            mode = pdl if b_ready is False else _mode(pdl, b_ready)
             e = entries[
                 (m, n, k, batch, s, ctx, mode)
                 if num_groups is a_rows is a_cols is None
@@ -261,7 +261,7 @@ def launch_general(
                     batch,
                     s,
                     ctx,
-                    pdl if b_ready is False else _mode(pdl, b_ready),
+                    mode,
                     lda,
                     ldb,
                     ldd,
