@@ -17,7 +17,8 @@ class, so only differences between instances matter; absolute numbers are rough.
 - split-K instances: the tiles times the launch's default split count (runtime/scheduling.py) are the
   units, each running its share of the k-loop and writing an fp32 partial tile that the tile's last unit
   reads back with the others';
-- a floor: every byte of A, B and D crosses HBM once.
+- a floor: every byte of A, B and D crosses HBM once, at the rate the active SMs can pull together
+  (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach).
 The edges are in the tile count: a 192-row tile at M = 200 computes 384 rows.
 
 Constants are H200 facts (docs/PERF.md): ~700 TFLOP/s sustained 16-bit dense, ~1250 fp8, 4.8 TB/s HBM,
@@ -100,8 +101,17 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     if splits > 1:  # every unit writes its fp32 partial; the last one reads all of them
         epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S
     per_tile = TILE_FILL_S + steps * step + epilogue
-    floor = (m * k * a_bytes + n * k * b_bytes + m * n * d_bytes) * batch / HBM_BYTES_PER_S
+    floor = (m * k * a_bytes + n * k * b_bytes + m * n * d_bytes) * batch / hbm_reach(active)
     return LAUNCH_S + max(waves * per_tile, floor)
+
+
+def hbm_reach(active_sms: int) -> float:
+    """Bytes per second that ``active_sms`` SMs pull from HBM together: each adds up to
+    SM_STREAM_BYTES_PER_S, saturating towards HBM_BYTES_PER_S. Fitted to the H200 tuning table's decode
+    points (2026-12-01): 32, 48, 64 and 96 streaming CTAs reached 2.4, 2.9, 3.8 and 4.1 TB/s net of the
+    launch (this curve: 2.2, 2.9, 3.4, 4.0), so a weight-streaming problem on few tiles is not held to the
+    full 4.8 TB/s floor."""
+    return HBM_BYTES_PER_S * -math.expm1(-active_sms * SM_STREAM_BYTES_PER_S / HBM_BYTES_PER_S)
 
 
 def best(
