@@ -255,3 +255,21 @@ def test_model_prefers_narrow_tiles_for_decode_shapes(default_specs):
     bf16 = [s for s in default_specs if ProblemClass.of(s).key == "bf16_bf16_bf16_kkn"]
     _, spec, why = model.best(bf16, 8, 4096, 4096, 1, 132)
     assert spec.tile[0] == 64 and "cost model" in why
+
+
+def test_hbm_reach_grows_with_the_streaming_sms_and_saturates():
+    """A few SMs pull about their own streaming rate each; all of them together approach, never pass, HBM."""
+    reach = [model.hbm_reach(n) for n in (1, 8, 32, 64, 96, 132)]
+    assert reach == sorted(reach) and reach[-1] < model.HBM_BYTES_PER_S
+    assert reach[0] == pytest.approx(model.SM_STREAM_BYTES_PER_S, rel=0.02)
+    assert reach[2] < 0.5 * model.HBM_BYTES_PER_S < reach[-1] * 0.6
+
+
+def test_table_transfer_scales_a_weight_streaming_tile_by_its_bytes(catalog_rt):
+    """M = 6 on a 10880 x 3712 weight (between the table's columns): a non-swapped 64-row tile on few CTAs
+    streams the weight as the swap-AB tiles do, so carrying its time from the 6144- and 16384-wide columns
+    must scale it by the bytes too. Held to the full 4.8 TB/s floor it looked compute-bound and flat in N,
+    and select() took it at 0.85x of the fastest (docs/DISPATCH.md, session 8)."""
+    for dtype in ("bf16", "fp16"):
+        choice = select(6, 10880, 3712, a_dtype=dtype, gpu="H200")
+        assert GemmSpec.parse(choice.instance_id).swap_ab, choice
