@@ -324,7 +324,7 @@ def _register_lines(spec: GemmSpec) -> list[str]:
     line = f"accumulator: {plan.acc_regs} fp32 registers per consumer thread"
     if plan.k_acc_buffers:
         line += f" + {plan.k_acc_buffers} k-tile buffer(s) (fp8 promoted accumulation) = {plan.acc_total}"
-    return [split, f"{line} (limit {plan.acc_budget}; codegen.validity.acc_registers)"]
+    return [split, f"{line} (limit {plan.acc_limit}; codegen.validity.acc_registers)"]
 
 
 def _smem_lines(spec: GemmSpec) -> list[str]:

@@ -158,6 +158,12 @@ GATHER_CONSUMER_REGS = {1: 232, 2: 224}
 # the epilogue's converted values. The fp32 accumulators may take the rest. (The build records each
 # cubin's spill bytes; the shipped matrix has none.)
 NON_ACC_REGS = 32
+# fp8 promoted accumulation's k-tile accumulators are live in the mainloop only, where a consumer thread
+# needs little besides them (WGMMA descriptors, pipeline and loop state); the epilogue runs after they are
+# dead. So a second k-tile buffer (which lets the WGMMAs of one k-tile run while the other is promoted) is
+# planned against this smaller margin: 128 x 144 with 72 + 2 x 72 = 216 accumulator registers compiles at
+# 232 without spills (ptxas, 2026-12-01; the build's spill check guards it).
+PROMOTED_MAINLOOP_REGS = 16
 
 
 class RegisterPlan(NamedTuple):
@@ -178,6 +184,14 @@ class RegisterPlan(NamedTuple):
     def acc_total(self) -> int:
         """Registers per consumer thread that all accumulators take (the tile's plus the k-tile buffers)."""
         return self.acc_regs * (1 + self.k_acc_buffers)
+
+    @property
+    def acc_limit(self) -> int:
+        """What `acc_total` may reach: `acc_budget`, or with two k-tile buffers (live in the mainloop
+        only) the consumer's registers less PROMOTED_MAINLOOP_REGS."""
+        if self.k_acc_buffers == 2:
+            return self.consumer_regs - PROMOTED_MAINLOOP_REGS
+        return self.acc_budget
 
 
 def consumer_wgs_per_tile(spec: GemmSpec) -> int:
@@ -232,7 +246,8 @@ def register_plan(spec: GemmSpec) -> RegisterPlan:
     fp8 promoted accumulation runs each k-tile's WGMMAs into a fresh accumulator and adds it into the tile's
     fp32 accumulator once complete. Two such buffers let the WGMMAs of one k-tile run while the other's
     result is promoted; with one, the tensor cores idle during every promotion. Two are used where they fit
-    the budget, else one; the `acc_registers` rule rejects specs whose accumulators do not fit at all.
+    (`RegisterPlan.acc_limit`), else one; the `acc_registers` rule rejects specs whose accumulators do not
+    fit at all.
     """
     wgs = consumer_wgs_per_cta(spec)
     producer, consumer = PRODUCER_REGS, CONSUMER_REGS
@@ -241,7 +256,7 @@ def register_plan(spec: GemmSpec) -> RegisterPlan:
     plan = RegisterPlan(wgs, producer[wgs], consumer[wgs], acc_regs(spec), 0)
     if fp8_promoted(spec):
         double = plan._replace(k_acc_buffers=2)
-        plan = double if double.acc_total <= double.acc_budget else plan._replace(k_acc_buffers=1)
+        plan = double if double.acc_total <= double.acc_limit else plan._replace(k_acc_buffers=1)
     return plan
 
 
@@ -417,7 +432,7 @@ def acc_registers(s: GemmSpec) -> str | None:
         f"{plan.consumer_regs} registers per thread after setmaxnreg, of which the accumulators may take "
         f"{plan.acc_budget}"
     )
-    if plan.acc_total <= plan.acc_budget:
+    if plan.acc_total <= plan.acc_limit:
         return None
     if fp8_promoted(s):
         return (

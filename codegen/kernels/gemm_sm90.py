@@ -55,7 +55,9 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
+from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cutlass_dsl import T
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from runtime.scheduling import SPLIT_COUNTERS
@@ -69,6 +71,24 @@ from .tile_scheduler import cluster_tile_coord, split_unit, varlen_locate
 # serialization cannot read stale data. Recorded
 # in each manifest record as "pdl": the runtime refuses pdl=True for kernels without it.
 KERNEL_WAITS_FOR_PREDECESSOR = True
+
+
+def pin_registers(values: cute.Tensor) -> None:
+    """Pass each register of `values` (an fp32 register tensor) through an empty volatile asm statement.
+
+    The compiler treats WGMMA accumulators as plain values, so it may move arithmetic on them across
+    `wgmma.wait_group` or past the next `wgmma.mma_async` that overwrites them: then two copies of a tile
+    accumulator are live at once (register copies in the loop), ptxas finds non-WGMMA instructions touching
+    registers of a WGMMA in flight and serializes every WGMMA of the kernel (build_tools/wgmma_check.py).
+    Volatile asm keeps its order relative to the (volatile) WGMMA, wait and fence statements, and its
+    outputs are new values: code after the pin reads values defined after the preceding wait, and code
+    before it (whose results it takes) runs before the next WGMMA. The statement is empty: no instruction
+    is emitted. (CUTLASS's C++ `warpgroup_fence_operand` does the same.)
+    """
+    for i in range(cute.size(values)):  # a trace-time loop: one statement per register
+        values[i] = Float32(
+            llvm.inline_asm(T.f32(), [Float32(values[i]).ir_value()], "", "=f,0", has_side_effects=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -1690,29 +1710,37 @@ class HopperGemm(GroupedWalks):
         fp32 into `accumulators` (the "promotion" that keeps long-K fp8 sums accurate). Same arguments and
         result as `_mainloop`.
 
-        With two k-tile accumulators, k-tiles are issued in pairs and the first of a pair is promoted while
-        the second's WGMMAs run. No batch stays in flight across the loop's back edge: the loop-carried
-        copies of an in-flight accumulator make ptxas serialize every WGMMA of the kernel (measured: 0.70x
-        of cuBLAS; build_tools/wgmma_check.py catches it). Groups of 3 or 4 k-tiles per iteration would
-        wait less often but spill 176-184 bytes per thread (measured, 64x128 and 128x128). With one
-        accumulator, every k-tile's batch is waited for before its promotion.
+        With two k-tile accumulators they alternate: each k-tile's batch is issued before the previous
+        k-tile's is promoted, so one batch is always in flight (across the loop's back edge too) and the
+        tensor cores never wait for a promotion. `_promote` pins both accumulators around its add
+        (`pin_registers`): without that the compiler moved the add past the next WGMMA into the same
+        buffer, which needs a copy of the in-flight accumulator, and ptxas then serialized every WGMMA of
+        the kernel (0.70x of cuBLAS; build_tools/wgmma_check.py catches it). The first version therefore
+        issued k-tiles in pairs with none in flight across the back edge, idling the tensor cores once per
+        pair. With one accumulator, every k-tile's batch is waited for before its promotion.
         """
         accumulators.fill(0.0)
         if cutlass.const_expr(len(k_accs) == 2):
             acc_even, acc_odd = k_accs
-            for _ in range(k_tile_cnt // 2):
+            tiled_mma, read_state = self._issue_next_k_tile(
+                ab_pipeline, tiled_mma, acc_even, tCrA, tCrB, read_state, False
+            )
+            for _ in range((k_tile_cnt - 1) // 2):
+                tiled_mma, read_state = self._issue_next_k_tile(
+                    ab_pipeline, tiled_mma, acc_odd, tCrA, tCrB, read_state, False
+                )
+                release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 1)
                 tiled_mma, read_state = self._issue_next_k_tile(
                     ab_pipeline, tiled_mma, acc_even, tCrA, tCrB, read_state, False
                 )
+                release_state = self._promote(ab_pipeline, accumulators, acc_odd, release_state, 1)
+            if k_tile_cnt % 2 == 0:
                 tiled_mma, read_state = self._issue_next_k_tile(
                     ab_pipeline, tiled_mma, acc_odd, tCrA, tCrB, read_state, False
                 )
                 release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 1)
                 release_state = self._promote(ab_pipeline, accumulators, acc_odd, release_state, 0)
-            if k_tile_cnt % 2 == 1:
-                tiled_mma, read_state = self._issue_next_k_tile(
-                    ab_pipeline, tiled_mma, acc_even, tCrA, tCrB, read_state, False
-                )
+            else:
                 release_state = self._promote(ab_pipeline, accumulators, acc_even, release_state, 0)
         else:
             for _ in range(k_tile_cnt):
@@ -1728,7 +1756,9 @@ class HopperGemm(GroupedWalks):
         """Wait until at most `still_in_flight` WGMMA batches are pending (so `k_acc`'s is complete), add
         it into `accumulators` and release its ring stage."""
         warpgroup.wait_group(still_in_flight)
+        pin_registers(k_acc)
         accumulators.store(accumulators.load() + k_acc.load())
+        pin_registers(accumulators)
         ab_pipeline.consumer_release(release_state)
         release_state.advance()
         return release_state
