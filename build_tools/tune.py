@@ -187,6 +187,30 @@ def table_point(shape: bench.Shape, runners: list[dict]) -> dict:
     }
 
 
+def tuned_classes(args, combo: bench.Combo) -> list[tuple[str, str]]:
+    """The (class key, bench series) pairs of ``combo`` that this run tunes: all of them, or those named
+    by --class (e.g. only fp8 promoted accumulation after a change to its mainloop; cuBLAS is still timed
+    for every series of the combo, the candidates are the named classes' instances only)."""
+    return [(ck, series) for ck, series in TUNED[combo] if not args.classes or ck in args.classes]
+
+
+def work_list(args, classes: dict) -> list[tuple[bench.Combo, bench.Shape]]:
+    """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band, and
+    unless --retime only points that some chosen class lacks in ``classes`` (the table's, by class key)."""
+    held = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
+    done = set() if args.retime else held
+    work = [
+        (combo, shape)
+        for combo in TUNED
+        if combo.a in args.dtype and tuned_classes(args, combo)
+        for shape in grid()
+        if (not args.m_max or shape.m <= args.m_max)
+        and shape.m >= args.m_min
+        and not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in tuned_classes(args, combo))
+    ]
+    return work[: args.limit] if args.limit else work
+
+
 def tune(args) -> int:
     import torch
 
@@ -204,28 +228,17 @@ def tune(args) -> int:
     }  # fmt: skip
     classes = entry["classes"]
     instances = hg.instances()
-    combos = [c for c in TUNED if c.a in args.dtype]
-    # --retime: time the points up to --m-max again (e.g. after new instances shipped for small M).
-    held = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
-    done = set() if args.retime else held
-    work = [
-        (combo, shape)
-        for combo in combos
-        for shape in grid()
-        if (not args.m_max or shape.m <= args.m_max)
-        and shape.m >= args.m_min
-        and not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in TUNED[combo])
-    ]
-    work = work[: args.limit] if args.limit else work
-    print(f"tune: {key}, {len(work)} points to time ({len(done)} class points already in {args.out})")
+    work = work_list(args, classes)
+    held = 0 if args.retime else sum(len(points) for points in classes.values())
+    print(f"tune: {key}, {len(work)} points to time ({held} class points already in {args.out})")
     progress = Progress(len(work), "grid points")
     with torch.cuda.stream(stream):
         bench.warm_up_clocks(torch, 3.0)
         for combo, shape in work:
-            keys = dict(TUNED[combo])
+            keys = dict(tuned_classes(args, combo))
             cands = [i for i in instances if class_key(i) in keys]
             res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env)
-            for ck, series in TUNED[combo]:
+            for ck, series in tuned_classes(args, combo):
                 point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
                 pts = classes.setdefault(ck, [])
                 pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
@@ -474,6 +487,14 @@ def parse_args(argv: list[str]):
     p.add_argument("--out", type=Path, default=Path("runtime/tuning.json"), help="the table (tune mode)")
     p.add_argument(
         "--dtype", nargs="+", choices=sorted({c.a for c in TUNED}), default=sorted({c.a for c in TUNED})
+    )
+    p.add_argument(
+        "--class",
+        dest="classes",
+        nargs="+",
+        choices=sorted(ck for pairs in TUNED.values() for ck, _ in pairs),
+        default=None,
+        help="tune: only these problem classes (default: every tuned class of the chosen dtypes)",
     )
     p.add_argument("--top", type=int, default=4, help="finalists per class re-timed with cuBLAS")
     p.add_argument("--reps", type=int, default=5, help="interleaved full rounds (median kept)")

@@ -1,0 +1,44 @@
+"""build_tools/tune.py's work list: which grid points a `tune` run times (no GPU needed to decide that)."""
+
+from __future__ import annotations
+
+import pytest
+
+from build_tools import tune
+
+PROMOTED, FAST = "e4m3_e4m3_bf16_kkn", "e4m3_e4m3_bf16_kkn_fastacc"
+
+
+def test_class_filter_times_only_the_named_class():
+    args = tune.parse_args(["--dtype", "e4m3", "--class", PROMOTED, "--m-min", "256", "--retime"])
+    work = tune.work_list(args, {})
+    assert work and {combo.a for combo, _ in work} == {"e4m3"}
+    assert all(shape.m >= 256 for _, shape in work)
+    (combo,) = {combo for combo, _ in work}
+    assert tune.tuned_classes(args, combo) == [(PROMOTED, "promoted accum")]
+
+
+def test_without_class_every_tuned_class_of_the_dtype():
+    args = tune.parse_args(["--dtype", "e4m3"])
+    (combo,) = {combo for combo, _ in tune.work_list(args, {})}
+    assert [ck for ck, _ in tune.tuned_classes(args, combo)] == [PROMOTED, FAST]
+
+
+def test_resume_skips_points_only_when_every_chosen_class_has_them():
+    shape = tune.grid()[0]
+    held = {FAST: [{"m": shape.m, "n": shape.n, "k": shape.k}]}
+    e4m3 = [s for c, s in tune.work_list(tune.parse_args(["--dtype", "e4m3"]), {}) if c.a == "e4m3"]
+    assert shape in e4m3
+    # The fast class alone already holds the point: a fast-only run skips it, a run of both does not.
+    fast_only = tune.work_list(tune.parse_args(["--dtype", "e4m3", "--class", FAST]), held)
+    both = tune.work_list(tune.parse_args(["--dtype", "e4m3"]), held)
+    assert shape not in [s for _, s in fast_only]
+    assert shape in [s for _, s in both]
+    # --retime times it again anyway.
+    retime = tune.work_list(tune.parse_args(["--dtype", "e4m3", "--class", FAST, "--retime"]), held)
+    assert shape in [s for _, s in retime]
+
+
+def test_unknown_class_is_a_usage_error():
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--class", "bf16_bf16_bf16_kkm"])
