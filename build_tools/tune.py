@@ -197,8 +197,9 @@ def tuned_classes(args, combo: bench.Combo) -> list[tuple[str, str]]:
 def work_list(args, classes: dict) -> list[tuple[bench.Combo, bench.Shape]]:
     """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band, and
     unless --retime only points that some chosen class lacks in ``classes`` (the table's, by class key)."""
-    held = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
-    done = set() if args.retime else held
+    done = set()
+    if not args.retime:
+        done = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
     work = [
         (combo, shape)
         for combo in TUNED
