@@ -15,7 +15,8 @@ point says how far it is and how long is left.
 The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
 28672 x 4096, down 4096 x 14336), 70B-like (hidden 8192: QKV 10240 x 8192, O 8192 x 8192, down
-8192 x 28672) and 1B-class (hidden 2048, FFN 8192: gate+up 16384 x 2048, down 2048 x 8192) layers, and
+8192 x 28672), 1B-class (hidden 2048, FFN 8192: gate+up 16384 x 2048, down 2048 x 8192) and DeepSeek-V3-like
+attention (2112 x 7168, 24576 x 1536) layers, and
 squares' columns (1024, 2048, 4096, 16384; 8192 is an LLM column). Points above MAX_TFLOP are compute-bound
 at every tile, where the choice no longer changes with M; lookups beyond a column's largest timed M use it.
 
@@ -72,6 +73,10 @@ GRID_NK += ((10240, 8192), (8192, 8192), (8192, 28672))  # hidden 8192, FFN 2867
 # 8192 column, where a 128 x 256 tile's single wave hid that it streams 2.8x the weights at 28672).
 GRID_NK += ((28672, 8192),)
 GRID_NK += ((16384, 2048), (2048, 8192))  # hidden 2048, FFN 8192 (1B-class): gate+up fused, down
+# Multi-head latent attention (DeepSeek-V3-like, hidden 7168): the fused q/kv down-projection 2112 x 7168
+# and q's up-projection 24576 x 1536 (added 2026-12-01: read off the 16384 x 2048 column, M = 8-64 at
+# 24576 x 1536 picked ping-pong tiles that ran 0.83-0.94x cuBLAS where swap-AB tiles ran 1.0-1.2x).
+GRID_NK += ((2112, 7168), (24576, 1536))
 MAX_TFLOP = 2.5
 
 # The classes tuned: the ones with many instances to choose from (docs/INSTANCES.md). Every other class has
