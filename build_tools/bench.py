@@ -624,6 +624,8 @@ def bench_shape(
     if not per_set[0]:
         print(f"  no cuBLAS baseline for {combo} at {shape}")
     size = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch}
+    # With args.pdl every instance launches as gemm(pdl=True, b_ready=True) does: in a PDL chain.
+    modes = {"pdl": True, "b_ready": True} if args.pdl else {}
     for inst in cands:
         calls = []
         # Split-K instances: one zeroed workspace serves all of a runner's launches (one stream, in order).
@@ -641,6 +643,7 @@ def bench_shape(
                     stream.cuda_stream,
                     **size,
                     **extra,
+                    **modes,
                 )
             )
         fast = bool(getattr(inst, "fp8_fast_accum", False))

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_tools import bench
+from runtime.tuning import PDL_SUFFIX
 
 GRID_M = (
     1,
@@ -78,6 +79,10 @@ GRID_NK += ((16384, 2048), (2048, 8192))  # hidden 2048, FFN 8192 (1B-class): ga
 # 24576 x 1536 picked ping-pong tiles that ran 0.83-0.94x cuBLAS where swap-AB tiles ran 1.0-1.2x).
 GRID_NK += ((2112, 7168), (24576, 1536))
 MAX_TFLOP = 2.5
+# `tune --pdl` times the decode rows again in PDL chains (pdl=True, b_ready=True), where PDL changes which
+# tiles are fastest (docs/PERF.md, session 10); they are written under the class key + "@pdl"
+# (runtime/tuning.py `PDL_SUFFIX`), read by select(pdl=True) up to this M.
+PDL_M_MAX = 128
 
 # The classes tuned: the ones with many instances to choose from (docs/INSTANCES.md). Every other class has
 # at most four and is left to the cost model (runtime/model.py). combo -> [(class key, bench series)].
@@ -192,6 +197,11 @@ def table_point(shape: bench.Shape, runners: list[dict]) -> dict:
     }
 
 
+def row_key(args, class_key: str) -> str:
+    """The table key that this run's rows of a class go under: the class key, with --pdl its PDL rows'."""
+    return class_key + PDL_SUFFIX if args.pdl else class_key
+
+
 def tuned_classes(args, combo: bench.Combo) -> list[tuple[str, str]]:
     """The (class key, bench series) pairs of ``combo`` that this run tunes: all of them, or those named
     by --class (e.g. only fp8 promoted accumulation after a change to its mainloop; cuBLAS is still timed
@@ -200,19 +210,23 @@ def tuned_classes(args, combo: bench.Combo) -> list[tuple[str, str]]:
 
 
 def work_list(args, classes: dict) -> list[tuple[bench.Combo, bench.Shape]]:
-    """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band, and
-    unless --retime only points that some chosen class lacks in ``classes`` (the table's, by class key)."""
+    """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band (with
+    --pdl at most PDL_M_MAX), and unless --retime only points that some chosen class lacks in ``classes``
+    (the table's, by table key: `row_key`)."""
     done = set()
     if not args.retime:
         done = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
+    m_max = min(args.m_max or PDL_M_MAX, PDL_M_MAX) if args.pdl else args.m_max
     work = [
         (combo, shape)
         for combo in TUNED
         if combo.a in args.dtype and tuned_classes(args, combo)
         for shape in grid()
-        if (not args.m_max or shape.m <= args.m_max)
+        if (not m_max or shape.m <= m_max)
         and shape.m >= args.m_min
-        and not all((ck, shape.m, shape.n, shape.k) in done for ck, _ in tuned_classes(args, combo))
+        and not all(
+            (row_key(args, ck), shape.m, shape.n, shape.k) in done for ck, _ in tuned_classes(args, combo)
+        )
     ]
     return work[: args.limit] if args.limit else work
 
@@ -246,7 +260,7 @@ def tune(args) -> int:
             res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env)
             for ck, series in tuned_classes(args, combo):
                 point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
-                pts = classes.setdefault(ck, [])
+                pts = classes.setdefault(row_key(args, ck), [])
                 pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
                 pts.sort(key=lambda p: (p["n"], p["k"], p["m"]))
             _write_json(args.out, doc)
@@ -374,7 +388,7 @@ def evaluate(args) -> int:
                     probe = next(i for i in cands if class_key(i) == ck)
                     chosen[ck] = hg.select(
                         shape.m, shape.n, shape.k, a_dtype=probe.a_dtype, b_dtype=probe.b_dtype,
-                        d_dtype=probe.d_dtype, fp8_fast_accum=probe.fp8_fast_accum,
+                        d_dtype=probe.d_dtype, fp8_fast_accum=probe.fp8_fast_accum, pdl=args.pdl,
                     )  # fmt: skip
                 keep = {c.instance_id for c in chosen.values()}
                 res = bench.bench_shape(
@@ -527,7 +541,9 @@ def parse_args(argv: list[str]):
     p.add_argument(
         "--pdl",
         action="store_true",
-        help="evaluate: gemm() with pdl=True, b_ready=True (a chain of GEMMs on weights no launch writes)",
+        help="launch everything with pdl=True, b_ready=True (a chain of GEMMs on weights no launch writes); "
+        "tune: time the decode rows (M <= 128) for the class keys + '@pdl'; evaluate: gemm() and every "
+        "instance",
     )
     args = p.parse_args(argv)
     args.argv = argv

@@ -151,13 +151,16 @@ def gemm(
             beta == 0.0,
             fp8_fast_accum,
             fp16_accum,
+            pdl is True,
         )
         try:
             p = cache.plans.get(key)
         except TypeError:  # e.g. an unhashable beta: the plan's builder explains
             p = None
         if p is None:
-            p = _plan_for(key, a, b, out, c, beta, (fp8_fast_accum, fp16_accum), view(a, "a"), view(b, "b"))
+            p = _plan_for(
+                key, a, b, out, c, beta, (fp8_fast_accum, fp16_accum, pdl is True), view(a, "a"), view(b, "b")
+            )
         if out is None:
             out = p.allocate()
         if p.empty:
@@ -218,14 +221,17 @@ def gemm(
                 **p.kw,
             )
         return out
-    return _gemm_views(cache, a, b, out, c, alpha, beta, (fp8_fast_accum, fp16_accum), stream, modes)
+    return _gemm_views(
+        cache, a, b, out, c, alpha, beta, (fp8_fast_accum, fp16_accum, pdl is True), stream, modes
+    )
 
 
 _NO_MODES: dict = {}
 
 
 def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream, modes):
-    """`gemm` for anything but all-torch operands: through `ArrayView`s (runtime/arrays.py)."""
+    """`gemm` for anything but all-torch operands: through `ArrayView`s (runtime/arrays.py). ``accum``:
+    (fp8_fast_accum, fp16_accum, pdl is True), what the choice depends on besides the operands."""
     if type(stream) is not int:
         stream = _default_stream(a) if stream is None else stream_handle(stream)
     va, vb = view(a, "a", stream), view(b, "b", stream)
@@ -525,6 +531,7 @@ def _derive(a, va, vb, vo, vc, beta, accum) -> _Plan:
         c_major=cm,
         fp8_fast_accum=accum[0],
         fp16_accum=accum[1],
+        pdl=accum[2],
         batch=nbatch,
         device=device,
     )

@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_problem_args(p, dtypes, dtype_required=True)
     p.add_argument("--gpu", help="plan for this GPU by name (e.g. H200, 'H100 PCIe') instead of a device")
+    p.add_argument(
+        "--pdl",
+        action="store_true",
+        help="the choice for launches with programmatic dependent launch (gemm(..., pdl=True))",
+    )
     p.add_argument("--json", action="store_true", help="the choice as one JSON object")
     p.set_defaults(run=cmd_select)
 
@@ -409,7 +414,7 @@ def cmd_select(args) -> int:
     device = args.device if args.device is not None or args.gpu is not None else 0
     m, n, k = args.M, args.N, args.K
     try:
-        choice = select(m, n, k, **kwargs, device=device, gpu=args.gpu)
+        choice = select(m, n, k, **kwargs, device=device, gpu=args.gpu, pdl=args.pdl)
     except (NoDeviceError, MissingDependencyError, UnsupportedDeviceError) as e:
         if args.gpu is None:  # say the way around it that needs no GPU
             e.fix += "; or plan for a GPU by name without one: --gpu H200"

@@ -119,6 +119,7 @@ def select(
     device: int | None = None,
     gpu: str | None = None,
     fp16_accum: bool = False,
+    pdl: bool = False,
 ) -> Choice:
     """The shipped instance (and launch overrides) to run D = A @ B^T (+ C) of this problem with.
 
@@ -130,19 +131,24 @@ def select(
     (docs/PERF.md); it is never chosen otherwise. Leading dimensions are assumed packed:
     their 16-byte alignment is checked here. device: the CUDA ordinal whose GPU to plan for (None: the
     current context's device, resolved on the first call for these arguments); gpu: plan for a GPU
-    by name instead (e.g. "H200"; see runtime/gpus.py), which needs no GPU at all.
+    by name instead (e.g. "H200"; see runtime/gpus.py), which needs no GPU at all. pdl: the choice is
+    for launches with programmatic dependent launch (`launch(..., pdl=True)`, gemm()'s pdl=True): the
+    table's rows timed that way decide where they cover the problem (decode sizes), as PDL changes which
+    tiles are fastest there (docs/DISPATCH.md).
 
     Deterministic, cached per argument tuple. Raises `NoInstanceError` (listing the nearest shipped
     instances) when no instance of this dtype/layout/C class ships, `InvalidArgumentError` for bad
     arguments or a contiguous extent that breaks TMA's 16-byte rule."""
     rt = state.runtime()
     key = (m, n, k, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major)
-    key += (fp8_fast_accum, batch, device, gpu, fp16_accum)
+    key += (fp8_fast_accum, batch, device, gpu, fp16_accum, pdl)
     try:
         choice = rt.choices.get(key)
     except TypeError:  # an unhashable argument: the slow path names it
         choice = None
     if choice is None:
+        if pdl is not False and pdl is not True:
+            raise InvalidArgumentError(f"pdl must be a bool, got {pdl!r}", "pass True or False")
         cls = problem_class(
             a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum, fp16_accum
         )
@@ -151,7 +157,7 @@ def select(
         ops = problem.layouts(instances_of(rt, cls)[0])
         none = (None,) * len(ops)
         v = problem.resolve(None, ops, m, n, k, batch, none, none)
-        choice = choose(rt, cls, v["m"], v["n"], v["k"], v["l"], target(rt, device, gpu))
+        choice = choose(rt, cls, v["m"], v["n"], v["k"], v["l"], target(rt, device, gpu), pdl)
         rt.choices[key] = choice  # hashable now: every argument was validated above
     return choice
 
@@ -270,12 +276,17 @@ def target(rt, device: int | None, gpu: str | None) -> gpus.GpuId:
     return gpus.of_device(rt, device)
 
 
-def choose(rt, cls: ProblemClass, m: int, n: int, k: int, batch: int, gpu: gpus.GpuId) -> Choice:
-    """The uncached choice for validated arguments: table first, then the model, among ``cls``'s
-    instances only."""
+def choose(
+    rt, cls: ProblemClass, m: int, n: int, k: int, batch: int, gpu: gpus.GpuId, pdl: bool = False
+) -> Choice:
+    """The uncached choice for validated arguments: table first (its PDL rows for a PDL launch where
+    they cover M), then the model, among ``cls``'s instances only."""
     specs = instances_of(rt, cls)
     table = tuning.shipped_table()
-    picked = table.lookup(gpu, cls.key, m, n, k, batch, {s.id for s in specs}) if table else None
+    key = cls.key
+    if pdl and table and table.covers(gpu, key + tuning.PDL_SUFFIX, m * batch):
+        key += tuning.PDL_SUFFIX
+    picked = table.lookup(gpu, key, m, n, k, batch, {s.id for s in specs}) if table else None
     if picked is not None:
         return Choice(
             picked.instance_id, picked.raster_along_m, picked.group_size, "table", picked.reason, picked.us

@@ -9,6 +9,12 @@ it is committed as runtime/tuning.json and ships in the wheel beside this module
     POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2,
              "times": [["<instance id>", raster_along_m or null, group_size or null, us], ...]}
 
+A class key may end in ``@pdl`` (`PDL_SUFFIX`): that class's rows timed in chains of launches with
+programmatic dependent launch (``pdl=True, b_ready=True``), for decode sizes only (M up to
+`build_tools.tune.PDL_M_MAX`). PDL changes the ranking there: it slows the non-swapped 64-row tiles and
+speeds up the swap-AB ones (docs/PERF.md, session 10), so `select(pdl=True)` reads these rows where they
+cover the problem's M (`TuningTable.covers`) and the plain rows otherwise.
+
 A point's ``times`` hold every instance of the class, fastest first, each with the launch overrides it was
 timed with: the ``finalists`` fastest of the tuner's screening re-timed in full rounds (medians), the
 others at their screening time scaled to the full rounds (build_tools/tune.py, `table_point`).
@@ -38,6 +44,8 @@ TABLE_NAME = "tuning.json"
 NEIGHBOUR_COLUMNS = (
     2  # (N, K) columns a lookup blends (leave-one-column-out on the H200 table: docs/DISPATCH.md)
 )
+# The class-key suffix of rows timed in PDL chains (see the module docstring).
+PDL_SUFFIX = "@pdl"
 FORMAT = "hgemm-sm90-tuning"
 VERSION = 1
 
@@ -184,6 +192,13 @@ class TuningTable:
         return {
             c.instance_id for cl in self.gpus.values() for pts in cl.values() for p in pts for c, _ in p.times
         }
+
+    def covers(self, gpu: GpuId, class_key: str, mq: int) -> bool:
+        """Whether the table has rows for this GPU and class up to M = ``mq`` (M times batch) in some
+        column: what decides whether `select(pdl=True)` reads a class's PDL rows, which stop at decode
+        sizes, instead of carrying their last M to a larger problem."""
+        cols = self._columns.get((gpu.key, class_key))
+        return bool(cols) and any(col[-1].m >= mq for col in cols.values())
 
     def lookup(self, gpu: GpuId, class_key: str, m: int, n: int, k: int, batch: int, allowed) -> Pick | None:
         """The table's pick for the problem among instance ids in ``allowed``, or None if the table has no

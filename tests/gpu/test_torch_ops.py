@@ -444,33 +444,35 @@ def test_torch_compile_reduce_overhead(ops, gen, report):
 
 def test_pdl_chain_of_ops(ops, gen):
     """A decode-sized chain of mm ops with pdl=True, b_ready=True (constant weights; each op reads the
-    previous one's output) equals the same chain without PDL, bit for bit: eagerly, under
-    torch.compile(fullgraph=True), and under mode="reduce-overhead" (CUDA graphs: PDL becomes
-    programmatic graph edges). 4096 x 4096 weights at M = 8: swap-AB instances without split-K, whose
-    bits do not depend on which stream has a workspace."""
+    previous one's output) equals the same ops run one at a time (a synchronize after each: nothing
+    overlaps), bit for bit: eagerly, under torch.compile(fullgraph=True), and under mode="reduce-overhead"
+    (CUDA graphs: PDL becomes programmatic graph edges). 4096 x 4096 weights at M = 8: swap-AB instances
+    without split-K, whose bits do not depend on which stream has a workspace. (Not the chain with
+    pdl=False: select(pdl=True) may pick other instances, from the tuning table's PDL rows.)"""
     torch._dynamo.reset()
     m, n = 8, 4096
     w1 = (g.random_values((n, n), torch.bfloat16, gen) / math.sqrt(n)).to(torch.bfloat16)
     w2 = (g.random_values((n, n), torch.bfloat16, gen) / math.sqrt(n)).to(torch.bfloat16)
     x0 = g.random_values((m, n), torch.bfloat16, gen).to(torch.bfloat16)
 
-    def chain(x, w1, w2, pdl: bool):
+    def chain(x, w1, w2, one_at_a_time: bool = False):
         for _ in range(4):
-            y = ops.mm(x, w1.T, pdl=pdl, b_ready=pdl)
-            x = ops.mm(y, w2.T, pdl=pdl, b_ready=pdl)
+            for w in (w1, w2):
+                x = ops.mm(x, w.T, pdl=True, b_ready=True)
+                if one_at_a_time:
+                    torch.cuda.synchronize()
         return x
 
-    ref = chain(x0, w1, w2, False)
-    torch.cuda.synchronize()
+    ref = chain(x0, w1, w2, one_at_a_time=True)
     assert torch.isfinite(ref.float()).all()
-    g.assert_bitwise_equal(chain(x0, w1, w2, True), ref, "eager chain with pdl=True, b_ready=True vs without")
-    compiled = torch.compile(lambda x, a, b: chain(x, a, b, True), fullgraph=True)
+    g.assert_bitwise_equal(chain(x0, w1, w2), ref, "eager chain with pdl=True, b_ready=True vs one at a time")
+    compiled = torch.compile(lambda x, a, b: chain(x, a, b), fullgraph=True)
     g.assert_bitwise_equal(compiled(x0, w1, w2), ref, "torch.compile(fullgraph=True) chain with PDL vs eager")
-    graphed = torch.compile(lambda x, a, b: chain(x, a, b, True), mode="reduce-overhead", fullgraph=True)
+    graphed = torch.compile(lambda x, a, b: chain(x, a, b), mode="reduce-overhead", fullgraph=True)
     for i in range(4):  # warm-up, record, replays
         got = graphed(x0, w1, w2).clone()
         torch.cuda.synchronize()
-        g.assert_bitwise_equal(got, ref, f"reduce-overhead chain with PDL, call {i}, vs eager without")
+        g.assert_bitwise_equal(got, ref, f"reduce-overhead chain with PDL, call {i}, vs one at a time")
 
 
 # --- fake implementations -------------------------------------------------------------------------------

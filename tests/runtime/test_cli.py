@@ -732,3 +732,13 @@ def test_bench_reports_when_cublas_has_no_baseline(cli_rt, fake, monkeypatch, ca
     assert rc == 0
     assert "cuBLAS     no baseline: torch._scaled_mm has no batched form" in out
     assert len(fake.launches) == 3 + 2 * 2
+
+
+def test_select_pdl_matches_the_api(cli_rt, capsys):
+    rc, out, _ = run(
+        capsys, "select", "64", "4096", "4096", "--dtype", "bf16", "--gpu", "H200", "--pdl", "--json"
+    )
+    assert rc == 0
+    want = select_api(64, 4096, 4096, a_dtype="bf16", gpu="H200", pdl=True)
+    got = json.loads(out)
+    assert (got["instance_id"], got["reason"]) == (want.instance_id, want.reason)

@@ -76,8 +76,9 @@ def test_shipped_table_agrees_with_the_matrix(default_specs):
     assert table.instance_ids() <= set(by_id)
     for classes in table.gpus.values():
         for key, points in classes.items():
-            for p in points:
-                assert {ProblemClass.of(by_id[c.instance_id]).key for c, _ in p.times} == {key}
+            for p in points:  # PDL rows (key + "@pdl") hold the instances of the class they time
+                want = key.removesuffix(tuning.PDL_SUFFIX)
+                assert {ProblemClass.of(by_id[c.instance_id]).key for c, _ in p.times} == {want}
 
 
 def test_table_refuses_malformed_documents(tmp_path):
@@ -232,12 +233,34 @@ def test_no_instance_lists_the_nearest(catalog_rt):
         (dict(m=256, n=256, k=256, fp8_fast_accum=1), "fp8_fast_accum must be a bool"),
         (dict(m=256, n=256, k=256, fp16_accum=1), "fp16_accum must be a bool"),
         (dict(m=256, n=256, k=256, fp16_accum=True), "fp16 accumulation takes fp16 inputs"),
+        (dict(m=256, n=256, k=256, pdl=1), "pdl must be a bool"),
     ],
 )
 def test_select_refuses_bad_arguments(catalog_rt, kwargs, match):
     kwargs.setdefault("a_dtype", "bf16")
     with pytest.raises(InvalidArgumentError, match=match):
         select(**kwargs)
+
+
+def test_select_for_pdl_reads_the_pdl_rows_where_they_cover_m(catalog_rt, monkeypatch):
+    """select(pdl=True) takes the class's "@pdl" rows (timed in PDL chains, decode sizes only) up to their
+    largest M, and the plain rows beyond it or without pdl; the choices are cached apart."""
+    swap = "sm90_bf16_bf16_bf16_fp32acc_kkn_64x64x128_c1x1_coop_swapab"
+    plain = [_point(m, 4096, 4096, **{B: 20.0, swap: 25.0}) for m in (64, 128, 1024)]
+    pdl_rows = [_point(m, 4096, 4096, **{B: 22.0, swap: 19.0}) for m in (64, 128)]
+    t = tuning.TuningTable(
+        {H200.key: {"bf16_bf16_bf16_kkn": plain, "bf16_bf16_bf16_kkn" + tuning.PDL_SUFFIX: pdl_rows}}
+    )
+    monkeypatch.setattr(tuning, "_shipped", [t])
+    assert t.covers(H200, "bf16_bf16_bf16_kkn@pdl", 128) and not t.covers(H200, "bf16_bf16_bf16_kkn@pdl", 129)
+    at_64 = select(64, 4096, 4096, a_dtype="bf16", gpu="H200", pdl=True)
+    assert at_64.instance_id == swap and "bf16_bf16_bf16_kkn@pdl" in at_64.reason
+    assert select(64, 4096, 4096, a_dtype="bf16", gpu="H200").instance_id == B
+    beyond = select(1024, 4096, 4096, a_dtype="bf16", gpu="H200", pdl=True)
+    assert "@pdl" not in beyond.reason and beyond == select(1024, 4096, 4096, a_dtype="bf16", gpu="H200")
+    # A class without PDL rows: pdl changes nothing.
+    fp16 = dict(a_dtype="fp16", gpu="H200")
+    assert select(64, 4096, 4096, pdl=True, **fp16) == select(64, 4096, 4096, **fp16)
 
 
 # --- the model ------------------------------------------------------------------------------------------

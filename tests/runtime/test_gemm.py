@@ -118,10 +118,11 @@ def selects(monkeypatch):
     calls = []
 
     def fake_select(m, n, k, *, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major,
-                    fp8_fast_accum, batch, device, fp16_accum):  # fmt: skip
+                    fp8_fast_accum, batch, device, fp16_accum, pdl):  # fmt: skip
         args = dict(m=m, n=n, k=k, a_dtype=a_dtype, b_dtype=b_dtype, d_dtype=d_dtype, a_major=a_major)
         args.update(b_major=b_major, d_major=d_major, c_dtype=c_dtype, c_major=c_major)
         args.update(fp8_fast_accum=fp8_fast_accum, batch=batch, device=device, fp16_accum=fp16_accum)
+        args.update(pdl=pdl)
         calls.append(args)
         fields = (a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major)
         fast = fp8_fast_accum and DType(a_dtype).is_float8
@@ -205,7 +206,8 @@ def test_layout_derivation(kind, am, bm, dm, padded, batch, rt, fake, catalog, s
     fp16 = DType.fp16
     assert selects[-1] == dict(m=M, n=N, k=K, a_dtype=fp16, b_dtype=fp16, d_dtype=fp16, a_major=am,
                                b_major=bm, d_major=dm, c_dtype=None, c_major=None, fp8_fast_accum=False,
-                               batch=L, device=None if kind == "cai" else 0, fp16_accum=False)  # fmt: skip
+                               batch=L, device=None if kind == "cai" else 0, fp16_accum=False,
+                               pdl=False)  # fmt: skip
     want = dict(m=M, n=N, k=K, batch=L, alpha=1.0)
     if padded:
         want.update(lda=lda, ldb=ldb, ldd=ldd)
@@ -438,6 +440,17 @@ def test_plans_are_cached_and_pointers_are_not(rt, fake, selects, launches, monk
     assert len(selects) == 2 and selects[0] == selects[1]
     for (a, b, d), alpha, seen in zip(tensors, (2.0, 3.0, 4.0), launches):
         assert seen[1:] == ((a.ptr, b.ptr, d.ptr), 0, dict(m=M, n=N, k=K, batch=1, alpha=alpha))
+
+
+@pytest.mark.parametrize("kind", ["torch", "cai"])
+def test_pdl_calls_plan_with_the_pdl_choice(kind, rt, fake, selects, launches):
+    """gemm(pdl=True) asks select() for a PDL launch's choice (the table's PDL rows) and caches that plan
+    apart from the plain one; b_ready alone does not change the choice."""
+    a, b, d = _kkn(kind)
+    for pdl, b_ready in ((False, False), (True, True), (True, False), (False, False), (True, True)):
+        runtime.gemm(a, b, d, pdl=pdl, b_ready=b_ready)
+    assert [s["pdl"] for s in selects] == [False, True]  # one plan per mode, then cache hits
+    assert [seen[3].get("pdl", False) for seen in launches] == [False, True, True, False, True]
 
 
 # ---- empty problems ---------------------------------------------------------------------------------------

@@ -7,10 +7,14 @@ import json
 from pathlib import Path
 
 from build_tools import dispatch_loo
-from runtime.tuning import shipped_path
+from runtime.tuning import PDL_SUFFIX, shipped_path
 
 FLOOR = 0.955  # geomean per class on the shipped H200 table (2026-12-01: 0.961-0.980; 0.945 for bf16
 # before the cost model knew that 4-CTA clusters do not fill all 132 SMs)
+# The PDL rows ("<class>@pdl") hold the decode points only (M <= 128), the hardest to carry between columns:
+# 0.927-0.947 on the shipped table (2026-12-01, session 10), where the plain rows judged on the same points
+# by the same PDL times score 0.923-0.952 (docs/PERF.md, session 10).
+PDL_FLOOR = 0.92
 
 
 def test_the_shipped_table_picks_well_on_columns_it_has_not_seen(capsys):
@@ -18,7 +22,7 @@ def test_the_shipped_table_picks_well_on_columns_it_has_not_seen(capsys):
     scores = dispatch_loo.report(doc, worst=0)
     assert set(scores) == set(doc["gpus"]["NVIDIA H200/132"]["classes"])
     for cls, g in scores.items():
-        assert g >= FLOOR, (cls, g)
+        assert g >= (PDL_FLOOR if cls.endswith(PDL_SUFFIX) else FLOOR), (cls, g)
     assert "geomean" in capsys.readouterr().out
 
 

@@ -41,3 +41,19 @@ def test_resume_skips_points_only_when_every_chosen_class_has_them():
 def test_unknown_class_is_a_usage_error():
     with pytest.raises(SystemExit):
         tune.parse_args(["--class", "bf16_bf16_bf16_kkm"])
+
+
+def test_pdl_run_times_decode_rows_under_their_own_key():
+    """`tune --pdl` times M <= PDL_M_MAX only and files its rows under the class key + "@pdl": a point the
+    plain rows hold is still to do, one the PDL rows hold is not."""
+    args = tune.parse_args(["--dtype", "bf16", "--pdl"])
+    work = tune.work_list(args, {})
+    assert work and max(shape.m for _, shape in work) == tune.PDL_M_MAX
+    assert tune.row_key(args, "bf16_bf16_bf16_kkn") == "bf16_bf16_bf16_kkn@pdl"
+    shape = work[0][1]
+    point = [{"m": shape.m, "n": shape.n, "k": shape.k}]
+    assert shape in [s for _, s in tune.work_list(args, {"bf16_bf16_bf16_kkn": point})]
+    assert shape not in [s for _, s in tune.work_list(args, {"bf16_bf16_bf16_kkn@pdl": point})]
+    plain = tune.parse_args(["--dtype", "bf16"])
+    assert tune.row_key(plain, "bf16_bf16_bf16_kkn") == "bf16_bf16_bf16_kkn"
+    assert max(shape.m for _, shape in tune.work_list(plain, {})) > tune.PDL_M_MAX
