@@ -1,11 +1,16 @@
-"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N]`: how well dispatch's lookup
-predicts the fastest instance on (N, K) columns it has not seen, judged on a measured tuning table. No GPU.
+"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows]`: how well dispatch's
+lookup predicts the fastest instance on (N, K) columns (or M rows) it has not seen, judged on a measured
+tuning table. No GPU.
 
 Leave-one-column-out: for each problem class and each (N, K) column of the table, the column is removed
 and every one of its grid points is looked up in the rest (runtime/tuning.py `TuningTable.lookup`: nearest
 columns, log-M bracketing, the cost model's scaling, runtime/model.py), choosing among the instances the
 point measured. A point scores (fastest measured time) / (measured time of the pick): 1.0 is a perfect
-pick. Reported per class: the geomean and minimum over all points, and the worst columns. This is the
+pick. Reported per class: the geomean and minimum over all points, and the worst columns.
+With --rows, leave-one-row-out instead: every grid M but each column's first and last is removed in
+turn (all columns' points at that M) and its points are looked up between the neighbouring M rows: the
+judge of the log-M bracketing and of the model's scaling in M (e.g. a swap-AB tile whose M spills into
+a second tile between two grid rows). This is the
 offline judge for changes to the lookup or the cost model (docs/DISPATCH.md); the GPU judge remains
 `python -m build_tools.tune evaluate` on held-out shapes.
 """
@@ -60,19 +65,48 @@ def column_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     return out
 
 
+def row_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
+    """Every grid point of class `cls` strictly inside its column's M range, scored with all of the class's
+    points at its M left out of the table (the lookup then brackets it between the neighbouring rows)."""
+    points = doc["gpus"][gpu_key]["classes"][cls]
+    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
+    ends: dict[tuple[int, int], tuple[int, int]] = {}
+    for p in points:
+        lo, hi = ends.get((p["n"], p["k"]), (p["m"], p["m"]))
+        ends[p["n"], p["k"]] = (min(lo, p["m"]), max(hi, p["m"]))
+    out = []
+    for m in sorted({p["m"] for p in points}):
+        inner = [p for p in points if p["m"] == m and ends[p["n"], p["k"]][0] < m < ends[p["n"], p["k"]][1]]
+        if not inner:
+            continue
+        rest = dict(doc, gpus={gpu_key: {"classes": {cls: [p for p in points if p["m"] != m]}}})
+        table = TuningTable.from_json(rest)
+        for p in inner:
+            times = {t[0]: t[3] for t in p["times"]}
+            pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
+            fastest = min(times, key=times.get)
+            picked = pick.instance_id if pick else fastest
+            got = times.get(picked, max(times.values()))
+            out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
+    return out
+
+
 def geomean(xs) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def report(doc: dict, classes: list[str] | None = None, worst: int = 3) -> dict[str, float]:
-    """Print one line per (GPU, class) and the `worst` points; returns {class: geomean score}."""
+def report(
+    doc: dict, classes: list[str] | None = None, worst: int = 3, rows: bool = False
+) -> dict[str, float]:
+    """Print one line per (GPU, class) and the `worst` points; returns {class: geomean score}. rows: leave
+    one M row out instead of one (N, K) column."""
     out = {}
     for gpu_key, entry in sorted(doc["gpus"].items()):
         for cls in sorted(entry["classes"]):
             if classes and cls not in classes:
                 continue
-            scores = column_scores(doc, gpu_key, cls)
+            scores = (row_scores if rows else column_scores)(doc, gpu_key, cls)
             out[cls] = g = geomean(s.score for s in scores)
             low = min(s.score for s in scores)
             print(f"{gpu_key} {cls}: {len(scores)} points, geomean {g:.3f}, min {low:.3f}")
@@ -90,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cls", action="append", help="only this class key (repeatable)")
     ap.add_argument("--worst", type=int, default=3, help="worst points listed per class")
+    ap.add_argument("--rows", action="store_true", help="leave one M row out instead of one (N, K) column")
     args = ap.parse_args(argv)
-    report(json.loads(args.table.read_text()), args.cls, args.worst)
+    report(json.loads(args.table.read_text()), args.cls, args.worst, args.rows)
     return 0
 
 

@@ -56,3 +56,19 @@ def test_a_pick_that_is_not_the_fastest_scores_their_time_ratio():
     assert by_point[(4096, 4096)].picked == slow and by_point[(4096, 4096)].score == 0.5
     assert by_point[(4096, 4096)].fastest == fast
     assert len(scores) == 3 and all(s.score in (0.5, 1.0) for s in scores)
+
+
+def test_rows_mode_scores_inner_points_with_their_m_row_left_out():
+    fast = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"
+    slow = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop"
+    # Two columns; at M = 2048 each says `slow` is 2x slower, at 1024 and 4096 that it is 2x faster: with
+    # the 2048 row left out the lookup picks `slow` there (0.5). The end rows are not scored.
+    points = [
+        _point(m, n, 4096, [(fast, 10.0), (slow, 20.0)] if m == 2048 else [(slow, 10.0), (fast, 20.0)])
+        for n in (4096, 8192)
+        for m in (1024, 2048, 4096)
+    ]
+    doc = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {"TEST/132": {"classes": {"c": points}}}}
+    scores = dispatch_loo.row_scores(doc, "TEST/132", "c")
+    assert {(s.m, s.n) for s in scores} == {(2048, 4096), (2048, 8192)}
+    assert all(s.picked == slow and s.fastest == fast and s.score == 0.5 for s in scores)
