@@ -139,12 +139,23 @@ def select(
     Deterministic, cached per argument tuple. Raises `NoInstanceError` (listing the nearest shipped
     instances) when no instance of this dtype/layout/C class ships, `InvalidArgumentError` for bad
     arguments or a contiguous extent that breaks TMA's 16-byte rule."""
-    rt = state.runtime()
-    key = (m, n, k, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major)
-    key += (fp8_fast_accum, batch, device, gpu, fp16_accum, pdl)
+    rt = state._default or state.runtime()
+    # One tuple (one build, no concatenation): the hit path is what `select()`'s cost is.
+    key = (m, n, k, a_dtype, b_dtype, d_dtype, a_major, b_major, d_major, c_dtype, c_major, fp8_fast_accum,
+           batch, device, gpu, fp16_accum, pdl)  # fmt: skip
     try:
         choice = rt.choices.get(key)
     except TypeError:  # an unhashable argument: the slow path names it
+        choice = None
+    # A hit means equal arguments were validated, but 1 == True and 256.0 == 256 hash alike: the hit
+    # stands only for exact ints and bools (anything else takes the slow path, which refuses it). Inline,
+    # not `problem.exact_ints`: a call is a sixth of a cached select's cost.
+    if choice is not None and not (
+        int is type(m) is type(n) is type(k) is type(batch)
+        and (fp8_fast_accum is True or fp8_fast_accum is False)
+        and (fp16_accum is True or fp16_accum is False)
+        and (pdl is True or pdl is False)
+    ):
         choice = None
     if choice is None:
         if pdl is not False and pdl is not True:

@@ -208,6 +208,22 @@ def test_select_caches_choices(catalog_rt):
     assert first.launch_overrides() == {"raster_along_m": None, "group_size": None}
 
 
+@pytest.mark.parametrize(
+    "first, second, match",
+    [
+        (dict(pdl=True), dict(pdl=1), "pdl must be a bool"),
+        (dict(a_dtype="e4m3", fp8_fast_accum=True), dict(a_dtype="e4m3", fp8_fast_accum=1), "must be a bool"),
+        (dict(m=256), dict(m=256.0), "m=256.0 is not an integer"),
+    ],
+)
+def test_a_cached_choice_is_not_returned_for_equal_but_invalid_arguments(catalog_rt, first, second, match):
+    """1 == True and 256.0 == 256 hash alike, so they would find a valid call's cached choice: refused."""
+    base = dict(m=256, n=4096, k=4096, a_dtype="bf16", gpu="H200")
+    select(**{**base, **first})
+    with pytest.raises(InvalidArgumentError, match=match):
+        select(**{**base, **first, **second})
+
+
 def test_select_on_the_current_device_uses_its_name_and_sm_count(catalog_rt, fake):
     choice = select(512, 4096, 4096, a_dtype="bf16")  # the fake driver's device 0 is an "NVIDIA H200"
     assert choice == select(512, 4096, 4096, a_dtype="bf16", gpu="H200")
