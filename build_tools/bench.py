@@ -220,8 +220,9 @@ class BenchArgs:
     json: Path | None
     markdown: Path | None
     plot: Path | None
-    # The gemm() runners launch with pdl=True, b_ready=True (a chain of GEMMs whose weights B no launch
-    # writes: each may start, and load B, while the previous one finishes); tune.py's evaluate --pdl.
+    # Every runner but cuBLAS's launches with pdl=True, b_ready=True (a chain of GEMMs whose weights B no
+    # launch writes: each may start, and load B, while the previous one finishes): tune.py's --pdl (the
+    # table's PDL rows, and evaluate's gemm() and instances alike).
     pdl: bool = False
 
 
