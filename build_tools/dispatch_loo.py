@@ -48,20 +48,10 @@ class PointScore:
 def column_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     """Every grid point of class `cls` scored with its own column left out of the table."""
     points = doc["gpus"][gpu_key]["classes"][cls]
-    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
     out = []
     for column in sorted({(p["n"], p["k"]) for p in points}):
-        rest = dict(
-            doc, gpus={gpu_key: {"classes": {cls: [p for p in points if (p["n"], p["k"]) != column]}}}
-        )
-        table = TuningTable.from_json(rest)
-        for p in (p for p in points if (p["n"], p["k"]) == column):
-            times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
-            pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
-            fastest = min(times, key=times.get)
-            picked = pick.instance_id if pick else fastest
-            got = times.get(picked, max(times.values()))
-            out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
+        left_out = [p for p in points if (p["n"], p["k"]) == column]
+        out += _scores(doc, gpu_key, cls, [p for p in points if (p["n"], p["k"]) != column], left_out)
     return out
 
 
@@ -69,7 +59,6 @@ def row_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     """Every grid point of class `cls` strictly inside its column's M range, scored with all of the class's
     points at its M left out of the table (the lookup then brackets it between the neighbouring rows)."""
     points = doc["gpus"][gpu_key]["classes"][cls]
-    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
     ends: dict[tuple[int, int], tuple[int, int]] = {}
     for p in points:
         lo, hi = ends.get((p["n"], p["k"]), (p["m"], p["m"]))
@@ -77,17 +66,24 @@ def row_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     out = []
     for m in sorted({p["m"] for p in points}):
         inner = [p for p in points if p["m"] == m and ends[p["n"], p["k"]][0] < m < ends[p["n"], p["k"]][1]]
-        if not inner:
-            continue
-        rest = dict(doc, gpus={gpu_key: {"classes": {cls: [p for p in points if p["m"] != m]}}})
-        table = TuningTable.from_json(rest)
-        for p in inner:
-            times = {t[0]: t[3] for t in p["times"]}
-            pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
-            fastest = min(times, key=times.get)
-            picked = pick.instance_id if pick else fastest
-            got = times.get(picked, max(times.values()))
-            out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
+        if inner:
+            out += _scores(doc, gpu_key, cls, [p for p in points if p["m"] != m], inner)
+    return out
+
+
+def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> list[PointScore]:
+    """The `left_out` points of class `cls` looked up in a table of the `kept` ones and scored, each among
+    the instances it measured."""
+    table = TuningTable.from_json(dict(doc, gpus={gpu_key: {"classes": {cls: kept}}}))
+    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
+    out = []
+    for p in left_out:
+        times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
+        pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
+        fastest = min(times, key=times.get)
+        picked = pick.instance_id if pick else fastest
+        got = times.get(picked, max(times.values()))
+        out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
     return out
 
 
