@@ -17,7 +17,8 @@ class, so only differences between instances matter; absolute numbers are rough.
 - split-K instances: the tiles times the launch's default split count (runtime/scheduling.py) are the
   units, each running its share of the k-loop and writing an fp32 partial tile that the tile's last unit
   reads back with the others';
-- a floor: every byte of A, B and D crosses HBM once, at the rate the active SMs can pull together
+- a floor: every byte of A, B and D crosses HBM once (an operand re-read in part when the other's short
+  side spans a few tiles, `REREAD_SHARE`), at the rate the active SMs can pull together
   (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach).
 The edges are in the tile count: a 192-row tile at M = 200 computes 384 rows.
 
@@ -40,6 +41,11 @@ HBM_BYTES_PER_S = 4.8e12
 SM_STREAM_BYTES_PER_S = 90e9  # one SM's share when few SMs stream (TMA from L2/HBM)
 TILE_FILL_S = 1.0e-6  # pipeline fill + tile hand-over per tile
 LAUNCH_S = 3.0e-6  # same for every instance; kept so estimates read as times
+# A short side split into a few tiles re-streams the other operand once per tile, mostly from L2: each
+# extra tile (up to REREAD_TILES) costs this share of another pass over it (fitted on the H200 table's
+# swap-AB decode rows, docs/DISPATCH.md).
+REREAD_SHARE = 0.3
+REREAD_TILES = 4
 
 # Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
 # loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
@@ -101,7 +107,13 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     if splits > 1:  # every unit writes its fp32 partial; the last one reads all of them
         epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S
     per_tile = TILE_FILL_S + steps * step + epilogue
-    floor = (m * k * a_bytes + n * k * b_bytes + m * n * d_bytes) * batch / hbm_reach(active)
+    # Each extra tile along a short side (up to REREAD_TILES) streams the other operand again, partly from
+    # L2: a swap-AB 64 x 8 tile at M = 16 (two tiles) took 1.15-1.26x its M = 8 time (the table's rows).
+    tiles_m_raw, tiles_n_raw = math.ceil(m / tm), math.ceil(n / tn)
+    a_passes = 1 + REREAD_SHARE * (tiles_n_raw - 1) if tiles_n_raw <= REREAD_TILES else 1
+    b_passes = 1 + REREAD_SHARE * (tiles_m_raw - 1) if tiles_m_raw <= REREAD_TILES else 1
+    streamed = m * k * a_bytes * a_passes + n * k * b_bytes * b_passes + m * n * d_bytes
+    floor = streamed * batch / hbm_reach(active)
     return LAUNCH_S + max(waves * per_tile, floor)
 
 
