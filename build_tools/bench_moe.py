@@ -6,6 +6,8 @@ T tokens routed top-k over E experts, T in {256, 1024, 4096, 16384}:
 - moe128: a 128-expert top-8 model (Qwen3-30B-A3B-like: hidden 2048, expert FFN 768, gate and up fused),
   up 1536 x 2048, down 2048 x 768;
 - deepseek: DeepSeek-V3-like, E = 256, top-8; up 2048 x 7168, down 7168 x 2048.
+`--models` also takes three models held out from the tuning table's grouped points (`MODELS`: mixtral22,
+qwen2moe, dbrx), to judge `select_grouped` on layers it was not tuned on.
 Routing is skewed and deterministic: expert e is picked with probability proportional to 1 / rank(e) (Zipf,
 exponent 1, ranks a seeded permutation), max(1, E / 16) experts are never picked (empty groups), each token
 picks k distinct experts (torch.multinomial without replacement). The rows are sorted by expert, so group g
@@ -40,6 +42,14 @@ MODELS = {
     "mixtral": (8, 2, (("up", 14336, 4096), ("down", 4096, 14336))),
     "moe128": (128, 8, (("up", 1536, 2048), ("down", 2048, 768))),
     "deepseek": (256, 8, (("up", 2048, 7168), ("down", 7168, 2048))),
+}
+SUITE_MODELS = tuple(MODELS)  # the suite (and what the tuning table's grouped points are measured on)
+# Held out from the table: layers of other MoE models, to judge `select_grouped` on layers it was not
+# tuned on (`--models mixtral22,qwen2moe,dbrx --tokens 512,2048,8192`; docs/PERF.md session 11).
+MODELS |= {
+    "mixtral22": (8, 2, (("up", 16384, 6144), ("down", 6144, 16384))),  # Mixtral-8x22B-like
+    "qwen2moe": (64, 8, (("up", 5120, 3584), ("down", 3584, 2560))),  # Qwen2-57B-A14B-like, gate+up fused
+    "dbrx": (16, 4, (("up", 10752, 6144), ("down", 6144, 10752))),  # DBRX-like
 }
 TOKENS = (256, 1024, 4096, 16384)
 SERIES = (("bf16", False), ("e4m3", False), ("e4m3", True))  # (input dtype, fp8 fast accumulation)
@@ -468,7 +478,7 @@ def bench_wgrad_gather(torch, hg, p: Problem, iters: int, reps: int, stream) -> 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m build_tools.bench_moe", description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--models", default=",".join(SUITE_MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--series", default="bf16,e4m3,e4m3-fast", help="bf16, e4m3 (promoted), e4m3-fast")
     ap.add_argument("--graph-iters", type=int, default=10)
@@ -546,9 +556,12 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for name, why in r["skipped"].items():
                         print(f"    {name}: not timed ({why})")
+    props = torch.cuda.get_device_properties(0)
     env = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "gpu": torch.cuda.get_device_name(),
+        # The tuning table's GPU key (build_tools/grouped_table.py writes these runs into it).
+        "gpu_key": f"{props.name}/{props.multi_processor_count}",
         "torch": torch.__version__,
     }
     if args.json:

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.tuning import TuningTable, shipped_path
+from runtime.tuning import TuningTable, is_grouped_key, shipped_path
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,8 @@ def report(
     out = {}
     for gpu_key, entry in sorted(doc["gpus"].items()):
         for cls in sorted(entry["classes"]):
-            if classes and cls not in classes:
-                continue
+            if (classes and cls not in classes) or is_grouped_key(cls):
+                continue  # grouped points are MoE layers, looked up by group size alone: no grid to leave out
             scores = (row_scores if rows else column_scores)(doc, gpu_key, cls)
             out[cls] = g = geomean(s.score for s in scores)
             low = min(s.score for s in scores)

@@ -203,9 +203,11 @@ def select_grouped(
     arguments as `select()`.
 
     The choice assumes groups of the average size (m / num_groups rows, or k / num_groups columns of
-    K): the cost model (runtime/model.py) ranks the class's grouped instances on num_groups batches of
-    that size (no tuning table covers grouped instances yet). Cached like `select()`. `NoInstanceError`
-    when no grouped instance of the class ships."""
+    K). Under varlen "m" the tuning table's MoE layers measured on this GPU decide where the table has
+    them for the class (runtime/tuning.py `TuningTable.lookup_grouped`: the tiles that ran fastest at
+    that group size); otherwise the cost model (runtime/model.py) ranks the class's grouped instances on
+    num_groups batches of that size. Cached like `select()`. `NoInstanceError` when no grouped instance
+    of the class ships."""
     rt = state.runtime()
     key = ("grouped", m, n, k, num_groups, a_dtype, b_dtype, d_dtype, a_major, b_major, c_dtype, c_major)
     key += (fp8_fast_accum, gather_a, varlen, device, gpu)
@@ -230,16 +232,29 @@ def select_grouped(
         none = (None,) * len(ops)
         problem.check_grouping(None, True, 1, num_groups)
         v = problem.resolve(None, ops, m, n, k, 1, none, none, num_groups)
-        sm_count = target(rt, device, gpu).sm_count
+        gpu_id = target(rt, device, gpu)
+        sm_count = gpu_id.sm_count
+        table = tuning.shipped_table()
+        picked = None
         if varlen == "m":
             rows = max(1, -(-v["m"] // num_groups))
+            if table:
+                picked = table.lookup_grouped(gpu_id, cls.key, rows, {s.id for s in specs})
             us, spec, why = model.best(specs, rows, v["n"], v["k"], num_groups, sm_count)
             reason = f"groups of {rows} rows on average; {why}"
         else:
             cols = max(1, -(-v["k"] // num_groups))
             us, spec, why = model.best(specs, v["m"], v["n"], cols, num_groups, sm_count)
             reason = f"groups of K = {cols} on average; {why}"
-        choice = Choice(spec.id, None, None, "model", reason, us)
+        if picked is not None:
+            # The table's measured MoE layers rank the class's tiles (runtime/tuning.py); the estimate
+            # stays the model's, for the picked instance.
+            pick_spec = next(s for s in specs if s.id == picked.instance_id)
+            est = model.estimate_s(pick_spec, rows, v["n"], v["k"], num_groups, sm_count) * 1e6
+            choice = Choice(picked.instance_id, None, None, "table", f"groups of {rows} rows on average; "
+                            f"{picked.reason}", est)  # fmt: skip
+        else:
+            choice = Choice(spec.id, None, None, "model", reason, us)
         rt.choices[key] = choice
     return choice
 

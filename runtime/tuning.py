@@ -28,6 +28,15 @@ and the two are interpolated linearly in log time over log M. The fastest estima
 that this installation does not ship are skipped, so a table from a larger build works with a smaller
 one. Measured by leave-one-out on the H200 table (docs/DISPATCH.md), the model's scaling picks better
 than plain interpolation.
+
+Grouped classes (keys ending in ``_varlenm``, `is_grouped_key`): a point is a whole mixture-of-experts
+layer timed by `python -m build_tools.bench_moe --table` (one launch over all its groups, every grouped
+instance of the class), with ``m`` its *average rows per group* and ``n``, ``k`` one group's. The cost
+model ranks grouped tiles poorly (on the MoE suite its picks ran 0.92-0.96 of the fastest instance's
+speed, docs/DISPATCH.md), and which tile wins depends above all on the group size, so
+`TuningTable.lookup_grouped` weighs every point of the class by how near its group size is to the query's
+(`GROUP_SIZE_OCTAVES`), over all their (N, K), and picks the candidate with the least weighted mean log
+time over each point's fastest.
 """
 
 from __future__ import annotations
@@ -46,6 +55,13 @@ NEIGHBOUR_COLUMNS = (
 )
 # The class-key suffix of rows timed in PDL chains (see the module docstring).
 PDL_SUFFIX = "@pdl"
+# The class-key suffix of grouped (varlen M) classes, whose points are MoE layers (see the docstring).
+GROUPED_SUFFIX = "_varlenm"
+# How far a grouped lookup reaches in group size: a point counts with weight exp(-d^2 / 2s^2) at d octaves
+# (log2) from the query's average rows. s = 1.5 scored best leaving each MoE model of the suite out in
+# turn (0.989 / 0.986 / 0.952 of the fastest, bf16 / e4m3 promoted / fast, against 0.985 / 0.979 / 0.941
+# for the two nearest sizes alone; docs/DISPATCH.md).
+GROUP_SIZE_OCTAVES = 1.5
 FORMAT = "hgemm-sm90-tuning"
 VERSION = 1
 
@@ -200,6 +216,38 @@ class TuningTable:
         cols = self._columns.get((gpu.key, class_key))
         return bool(cols) and any(col[-1].m >= mq for col in cols.values())
 
+    def lookup_grouped(self, gpu: GpuId, class_key: str, rows: int, allowed) -> Pick | None:
+        """Grouped classes: the table's pick among ``allowed`` for groups of ``rows`` rows on average (see
+        the module docstring), or None without points for this GPU and class. ``Pick.us`` is the pick's
+        weighted mean time over the fastest at the points (a ratio >= 1, not a time)."""
+        cols = self._columns.get((gpu.key, class_key))
+        if not cols:
+            return None
+        points = [p for col in cols.values() for p in col]
+        timed = {c.instance_id for p in points for c, _ in p.times} & set(allowed)
+        if not timed:
+            return None
+        at = math.log2(rows)
+        regret = dict.fromkeys(timed, 0.0)
+        for p in points:
+            weight = math.exp(-0.5 * ((math.log2(p.m) - at) / GROUP_SIZE_OCTAVES) ** 2)
+            times = {c.instance_id: us for c, us in p.times}
+            fastest, slowest = p.times[0][1], p.times[-1][1]
+            for iid in timed:  # not timed at a point: counts as its slowest (as `estimate` does)
+                regret[iid] += weight * math.log(times.get(iid, slowest) / fastest)
+        total = sum(math.exp(-0.5 * ((math.log2(p.m) - at) / GROUP_SIZE_OCTAVES) ** 2) for p in points)
+        iid, r = min(regret.items(), key=lambda item: (item[1], item[0]))
+        nearest = min({p.m for p in points}, key=lambda m: (abs(math.log2(m) - at), m))
+        ratio = math.exp(r / total)
+        return Pick(
+            iid,
+            None,
+            None,
+            ratio,
+            f"table {gpu.key} {class_key}: {len(points)} MoE layers weighted by group size around {rows} "
+            f"rows (nearest measured {nearest}); {ratio:.3f}x the fastest in the weighted mean",
+        )
+
     def lookup(self, gpu: GpuId, class_key: str, m: int, n: int, k: int, batch: int, allowed) -> Pick | None:
         """The table's pick for the problem among instance ids in ``allowed``, or None if the table has no
         entry for this GPU and class (or none of its candidates is allowed)."""
@@ -300,3 +348,8 @@ def shipped_table() -> TuningTable | None:
         path = shipped_path()
         _shipped.append(load(path) if os.path.exists(path) else None)
     return _shipped[0]
+
+
+def is_grouped_key(class_key: str) -> bool:
+    """Whether a class key names grouped (varlen M) points, MoE layers, rather than a grid of GEMMs."""
+    return class_key.endswith(GROUPED_SUFFIX)

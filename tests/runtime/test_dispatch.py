@@ -279,6 +279,65 @@ def test_select_for_pdl_reads_the_pdl_rows_where_they_cover_m(catalog_rt, monkey
     assert select(64, 4096, 4096, pdl=True, **fp16) == select(64, 4096, 4096, **fp16)
 
 
+SMALL_G = "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop_varlenm"
+WIDE_G = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x2_pp_varlenm"
+GROUPED_KEY = "bf16_bf16_bf16_kkn" + tuning.GROUPED_SUFFIX
+
+
+def _grouped_table() -> tuning.TuningTable:
+    """MoE layers (m = rows per group): the 64-row tile wins small groups, the 1x2 tile large ones."""
+    small = [_point(16, n, k, **{SMALL_G: 100.0, WIDE_G: 130.0}) for n, k in ((1536, 2048), (2048, 768))]
+    large = [_point(4096, n, k, **{SMALL_G: 900.0, WIDE_G: 500.0}) for n, k in ((14336, 4096), (4096, 14336))]
+    return tuning.TuningTable({H200.key: {GROUPED_KEY: small + large}})
+
+
+def test_grouped_lookup_weighs_the_moe_layers_by_group_size():
+    t = _grouped_table()
+    assert tuning.is_grouped_key(GROUPED_KEY) and not tuning.is_grouped_key("bf16_bf16_bf16_kkn")
+    picks = [
+        t.lookup_grouped(H200, GROUPED_KEY, rows, {SMALL_G, WIDE_G}) for rows in (1, 16, 64, 4096, 10**5)
+    ]
+    assert [p.instance_id for p in picks] == [SMALL_G, SMALL_G, SMALL_G, WIDE_G, WIDE_G]
+    assert all(p.us >= 1.0 for p in picks) and picks[1].us < picks[2].us  # further from 16: a worse fit
+    # The weight falls off with distance in octaves: the crossover sits between the two measured sizes.
+    sizes = [2**e for e in range(4, 13)]
+    wide = [
+        r for r in sizes if t.lookup_grouped(H200, GROUPED_KEY, r, {SMALL_G, WIDE_G}).instance_id == WIDE_G
+    ]
+    assert wide and wide == [r for r in sizes if r >= wide[0]] and 16 < wide[0] <= 4096
+    # Only allowed, timed instances; no points for another GPU or class.
+    assert t.lookup_grouped(H200, GROUPED_KEY, 4096, {SMALL_G}).instance_id == SMALL_G
+    assert t.lookup_grouped(H200, GROUPED_KEY, 4096, {"sm90_other"}) is None
+    assert t.lookup_grouped(gpus.named("H100 PCIe"), GROUPED_KEY, 4096, {SMALL_G, WIDE_G}) is None
+    assert t.lookup_grouped(H200, "e4m3_e4m3_bf16_kkn_varlenm", 4096, {SMALL_G, WIDE_G}) is None
+
+
+def test_select_grouped_reads_the_tables_moe_layers_where_it_has_them(catalog_rt, monkeypatch):
+    monkeypatch.setattr(tuning, "_shipped", [_grouped_table()])
+    small = select_grouped(8 * 16, 1536, 2048, 8, a_dtype="bf16", gpu="H200")
+    large = select_grouped(8 * 4096, 14336, 4096, 8, a_dtype="bf16", gpu="H200")
+    assert (small.instance_id, small.source) == (SMALL_G, "table")
+    assert (large.instance_id, large.source) == (WIDE_G, "table")
+    assert GROUPED_KEY in large.reason and "4096 rows" in large.reason and large.estimate_us > 0
+    # Another GPU, a gathered A or grouped K: no points, the cost model decides.
+    assert select_grouped(8 * 4096, 14336, 4096, 8, a_dtype="bf16", gpu="H100 PCIe").source == "model"
+    gathered = select_grouped(8 * 4096, 14336, 4096, 8, a_dtype="bf16", gather_a=True, gpu="H200")
+    assert gathered.source == "model" and gathered.instance_id.endswith("_gathera")
+
+
+def test_the_shipped_table_has_moe_layers_for_every_plain_grouped_class(default_specs):
+    """bench_moe times the plain grouped (varlen M) classes: each has points on the H200, and its 1x2 tiles
+    are among what they rank (docs/DISPATCH.md)."""
+    table = tuning.load(str(TABLE))
+    plain = {
+        ProblemClass.of(s).key for s in default_specs if s.varlen == "m" and not s.gather_a and not s.c_dtype
+    }
+    assert plain == {k for k in table.gpus[H200.key] if tuning.is_grouped_key(k)}
+    for key in plain:
+        timed = {c.instance_id for p in table.gpus[H200.key][key] for c, _ in p.times}
+        assert any("_c1x2_" in iid for iid in timed)
+
+
 # --- the model ------------------------------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from build_tools import dispatch_loo
-from runtime.tuning import PDL_SUFFIX, shipped_path
+from runtime.tuning import PDL_SUFFIX, is_grouped_key, shipped_path
 
 FLOOR = 0.955  # geomean per class on the shipped H200 table (2026-12-01: 0.961-0.980; 0.945 for bf16
 # before the cost model knew that 4-CTA clusters do not fill all 132 SMs)
@@ -20,7 +20,8 @@ PDL_FLOOR = 0.92
 def test_the_shipped_table_picks_well_on_columns_it_has_not_seen(capsys):
     doc = json.loads(Path(shipped_path()).read_text())
     scores = dispatch_loo.report(doc, worst=0)
-    assert set(scores) == set(doc["gpus"]["NVIDIA H200/132"]["classes"])
+    grid = {c for c in doc["gpus"]["NVIDIA H200/132"]["classes"] if not is_grouped_key(c)}
+    assert set(scores) == grid  # grouped classes (MoE layers) have no grid to leave a column of
     for cls, g in scores.items():
         assert g >= (PDL_FLOOR if cls.endswith(PDL_SUFFIX) else FLOOR), (cls, g)
     assert "geomean" in capsys.readouterr().out

@@ -1,0 +1,103 @@
+"""`python -m build_tools.grouped_table RESULTS.json [...] [--table PATH] [--gpu-key KEY]`: write the grouped
+(varlen M) points of the tuning table from `python -m build_tools.bench_moe --json` runs. No GPU.
+
+bench_moe times every shipped grouped instance of a class on whole mixture-of-experts layers (one launch
+over all the layer's groups). Each (layer, dtype class) becomes one point of that class's key (e.g.
+``bf16_bf16_bf16_kkn_varlenm``): ``m`` is the layer's average rows per group (rounded up, as
+`select_grouped` computes it), ``n`` and ``k`` one group's, ``times`` every instance the run timed that the
+default profile ships (kernel_specs.yaml; a trial build's extra instances are dropped, so regen's check of
+the table still holds). The classes the runs measured replace that GPU's points of those classes; every
+other class and GPU is kept. `select_grouped` reads them (runtime/tuning.py `TuningTable.lookup_grouped`).
+
+The GPU key is the runs' own (bench_moe records ``gpu_key``, name/SM count, as the tuner keys its table);
+--gpu-key gives it for runs that did not record it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shipped_ids(spec_file: Path = REPO / "kernel_specs.yaml") -> set[str]:
+    """The instance ids the default profile (the wheel) ships."""
+    from codegen.matrix import load_matrix
+
+    return {s.id for s in load_matrix(spec_file).expand("default").specs}
+
+
+def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
+    """Class key -> table points (runtime/tuning.py `Point` JSON) from bench_moe's forward results."""
+    from runtime.dispatch import ProblemClass
+    from runtime.spec import GemmSpec
+
+    out: dict[str, list[dict]] = {}
+    for r in results:
+        timed = {iid: us for iid, us in r.get("us", {}).items() if iid in shipped and us > 0}
+        if not timed or "experts" not in r:
+            continue  # a gather or weight-gradient comparison: not a timing of every instance
+        keys = {ProblemClass.of(GemmSpec.parse(iid)).key for iid in timed}
+        if len(keys) != 1:
+            raise SystemExit(f"grouped_table: {r['problem']} times several classes: {sorted(keys)}")
+        times = sorted(timed.items(), key=lambda item: item[1])
+        out.setdefault(keys.pop(), []).append(
+            {
+                "m": math.ceil(r["rows"] / r["experts"]),
+                "n": r["n"],
+                "k": r["k"],
+                "cublas_us": None,
+                "finalists": len(times),
+                "times": [[iid, None, None, round(us, 3)] for iid, us in times],
+            }
+        )
+    return out
+
+
+def merge(table: dict, gpu_key: str, classes: dict[str, list[dict]], measured: dict) -> dict:
+    """``table`` with ``gpu_key``'s points of ``classes`` replaced (the GPU added if new)."""
+    entry = table.setdefault("gpus", {}).setdefault(gpu_key, {"measured": {}, "classes": {}})
+    for key, points in classes.items():  # new classes go last: a rewrite moves no other class in the file
+        # Ordered as TuningTable.to_json writes them, so that the file round-trips.
+        entry["classes"][key] = sorted(points, key=lambda p: (p["n"], p["k"], p["m"]))
+    entry.setdefault("measured", {})["grouped"] = measured
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m build_tools.grouped_table", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("results", nargs="+", type=Path, help="bench_moe --json files (forward runs)")
+    ap.add_argument("--table", type=Path, default=REPO / "runtime" / "tuning.json")
+    ap.add_argument("--gpu-key", default=None, help="e.g. 'NVIDIA H200/132' (default: the runs' own)")
+    args = ap.parse_args(argv)
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in args.results]
+    keys = {args.gpu_key or run.get("gpu_key") for run in runs}
+    if None in keys or len(keys) != 1:
+        raise SystemExit(f"grouped_table: the runs name GPU keys {sorted(map(str, keys))}; pass --gpu-key")
+    classes = points_of([r for run in runs for r in run["results"]], shipped_ids())
+    if not classes:
+        raise SystemExit("grouped_table: no forward bench_moe results with instance times in these files")
+    measured = {
+        "date": max(run.get("date", "") for run in runs),
+        "command": "python -m build_tools.bench_moe (" + ", ".join(p.name for p in args.results) + ")",
+        "torch": sorted({run.get("torch", "") for run in runs}),
+    }
+    table = merge(json.loads(args.table.read_text(encoding="utf-8")), keys.pop(), classes, measured)
+    tmp = args.table.with_suffix(args.table.suffix + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, args.table)
+    for key, pts in sorted(classes.items()):
+        sizes = sorted(p["m"] for p in pts)
+        print(f"{key}: {len(pts)} points, groups of {sizes[0]}-{sizes[-1]} rows on average")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

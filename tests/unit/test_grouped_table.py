@@ -1,0 +1,56 @@
+"""build_tools/grouped_table.py: bench_moe runs -> the tuning table's grouped points (no GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from build_tools import grouped_table
+from runtime import tuning
+
+WIDE = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x2_pp_varlenm"
+SMALL = "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop_varlenm"
+TRIAL = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop_varlenm"  # a trial build's, not shipped
+
+
+def _run(gpu_key="NVIDIA H200/132"):
+    forward = {"problem": "mixtral.up T=4096", "experts": 8, "rows": 8190, "n": 14336, "k": 4096,
+               "us": {WIDE: 1400.0, SMALL: 2500.0, TRIAL: 1300.0, "torch._grouped_mm": 1500.0}}  # fmt: skip
+    gather = {"problem": "mixtral.up T=4096", "rows": 8190, "us": {"gathered": 1.0, "gather + grouped": 1.0}}
+    return {"date": "2026-12-01", "gpu_key": gpu_key, "torch": "2.11", "results": [forward, gather]}
+
+
+def test_points_hold_the_shipped_instances_at_the_average_group_size():
+    classes = grouped_table.points_of(_run()["results"], grouped_table.shipped_ids())
+    (key,) = classes
+    assert key == "bf16_bf16_bf16_kkn_varlenm" and tuning.is_grouped_key(key)
+    (point,) = classes[key]
+    assert (point["m"], point["n"], point["k"]) == (1024, 14336, 4096)  # ceil(8190 / 8)
+    assert [t[0] for t in point["times"]] == [WIDE, SMALL]  # fastest first; the trial tile dropped
+
+
+def test_merge_replaces_the_measured_classes_and_keeps_the_rest(tmp_path):
+    with open(tuning.shipped_path(), encoding="utf-8") as f:
+        table = json.load(f)
+    dense_before = json.dumps(table["gpus"]["NVIDIA H200/132"]["classes"]["bf16_bf16_bf16_kkn"])
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(table))
+    runs = tmp_path / "run.json"
+    runs.write_text(json.dumps(_run()))
+    assert grouped_table.main([str(runs), "--table", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    classes = doc["gpus"]["NVIDIA H200/132"]["classes"]
+    assert json.dumps(classes["bf16_bf16_bf16_kkn"]) == dense_before
+    assert len(classes["bf16_bf16_bf16_kkn_varlenm"]) == 1  # the run's point replaced the class's points
+    assert "e4m3_e4m3_bf16_kkn_varlenm" in classes  # a class the run did not measure stays
+    table = tuning.TuningTable.from_json(doc)
+    assert table.to_json()["gpus"] == doc["gpus"]  # what the runtime reads, and writes back the same
+
+
+def test_runs_without_a_gpu_key_need_one(tmp_path):
+    run = _run(gpu_key=None)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    with pytest.raises(SystemExit, match="--gpu-key"):
+        grouped_table.main([str(path), "--table", str(tmp_path / "t.json")])
