@@ -235,26 +235,23 @@ def select_grouped(
         gpu_id = target(rt, device, gpu)
         sm_count = gpu_id.sm_count
         table = tuning.shipped_table()
-        picked = None
+        source = "model"
         if varlen == "m":
             rows = max(1, -(-v["m"] // num_groups))
-            if table:
-                picked = table.lookup_grouped(gpu_id, cls.key, rows, {s.id for s in specs})
-            us, spec, why = model.best(specs, rows, v["n"], v["k"], num_groups, sm_count)
+            picked = table.lookup_grouped(gpu_id, cls.key, rows, {s.id for s in specs}) if table else None
+            if picked is not None:
+                # Measured MoE layers rank the class's tiles; the estimate is the model's, for the pick.
+                spec = next(s for s in specs if s.id == picked.instance_id)
+                us = model.estimate_s(spec, rows, v["n"], v["k"], num_groups, sm_count) * 1e6
+                source, why = "table", picked.reason
+            else:
+                us, spec, why = model.best(specs, rows, v["n"], v["k"], num_groups, sm_count)
             reason = f"groups of {rows} rows on average; {why}"
         else:
             cols = max(1, -(-v["k"] // num_groups))
             us, spec, why = model.best(specs, v["m"], v["n"], cols, num_groups, sm_count)
             reason = f"groups of K = {cols} on average; {why}"
-        if picked is not None:
-            # The table's measured MoE layers rank the class's tiles (runtime/tuning.py); the estimate
-            # stays the model's, for the picked instance.
-            pick_spec = next(s for s in specs if s.id == picked.instance_id)
-            est = model.estimate_s(pick_spec, rows, v["n"], v["k"], num_groups, sm_count) * 1e6
-            choice = Choice(picked.instance_id, None, None, "table", f"groups of {rows} rows on average; "
-                            f"{picked.reason}", est)  # fmt: skip
-        else:
-            choice = Choice(spec.id, None, None, "model", reason, us)
+        choice = Choice(spec.id, None, None, source, reason, us)
         rt.choices[key] = choice
     return choice
 

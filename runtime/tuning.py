@@ -228,14 +228,14 @@ class TuningTable:
         if not timed:
             return None
         at = math.log2(rows)
+        weights = [math.exp(-0.5 * ((math.log2(p.m) - at) / GROUP_SIZE_OCTAVES) ** 2) for p in points]
         regret = dict.fromkeys(timed, 0.0)
-        for p in points:
-            weight = math.exp(-0.5 * ((math.log2(p.m) - at) / GROUP_SIZE_OCTAVES) ** 2)
+        for p, weight in zip(points, weights, strict=True):
             times = {c.instance_id: us for c, us in p.times}
             fastest, slowest = p.times[0][1], p.times[-1][1]
             for iid in timed:  # not timed at a point: counts as its slowest (as `estimate` does)
                 regret[iid] += weight * math.log(times.get(iid, slowest) / fastest)
-        total = sum(math.exp(-0.5 * ((math.log2(p.m) - at) / GROUP_SIZE_OCTAVES) ** 2) for p in points)
+        total = sum(weights)
         iid, r = min(regret.items(), key=lambda item: (item[1], item[0]))
         nearest = min({p.m for p in points}, key=lambda m: (abs(math.log2(m) - at), m))
         ratio = math.exp(r / total)
