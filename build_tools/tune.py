@@ -231,6 +231,12 @@ def work_list(args, classes: dict) -> list[tuple[bench.Combo, bench.Shape]]:
     return work[: args.limit] if args.limit else work
 
 
+def measured_entry(previous: dict, run: dict) -> dict:
+    """A GPU's ``measured`` record after a tuning run: this run's, keeping the record of the grouped points
+    (``grouped``: build_tools/grouped_table.py's runs), which the tuner neither times nor replaces."""
+    return {**run, "grouped": previous["grouped"]} if "grouped" in previous else dict(run)
+
+
 def tune(args) -> int:
     import torch
 
@@ -241,11 +247,14 @@ def tune(args) -> int:
         doc = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {}}
     doc["grid"] = {"m": list(GRID_M), "nk": [list(c) for c in GRID_NK], "max_tflop": MAX_TFLOP}
     entry = doc["gpus"].setdefault(key, {"measured": {}, "classes": {}})
-    entry["measured"] = {
-        "date": env["date"], "command": "python -m build_tools.tune " + shlex.join(args.argv),
-        "torch": env["torch"], "cuda_bindings": env["cuda_bindings"], "hgemm_sm90": env["hgemm_sm90"],
-        "driver": bench.nvidia_smi(env["smi_id"]).get("driver"),
-    }  # fmt: skip
+    entry["measured"] = measured_entry(
+        entry.get("measured", {}),
+        {
+            "date": env["date"], "command": "python -m build_tools.tune " + shlex.join(args.argv),
+            "torch": env["torch"], "cuda_bindings": env["cuda_bindings"], "hgemm_sm90": env["hgemm_sm90"],
+            "driver": bench.nvidia_smi(env["smi_id"]).get("driver"),
+        },
+    )  # fmt: skip
     classes = entry["classes"]
     instances = hg.instances()
     work = work_list(args, classes)

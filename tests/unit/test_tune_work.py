@@ -57,3 +57,10 @@ def test_pdl_run_times_decode_rows_under_their_own_key():
     plain = tune.parse_args(["--dtype", "bf16"])
     assert tune.row_key(plain, "bf16_bf16_bf16_kkn") == "bf16_bf16_bf16_kkn"
     assert max(shape.m for _, shape in tune.work_list(plain, {})) > tune.PDL_M_MAX
+
+
+def test_a_tuning_run_keeps_the_record_of_the_grouped_points():
+    run = {"date": "2026-12-02", "command": "python -m build_tools.tune"}
+    grouped = {"date": "2026-12-01", "command": "python -m build_tools.bench_moe (suite.json)"}
+    assert tune.measured_entry({"date": "old", "grouped": grouped}, run) == {**run, "grouped": grouped}
+    assert tune.measured_entry({"date": "old"}, run) == run
