@@ -321,7 +321,9 @@ def render_markdown(results: list[dict], env: dict, command: str) -> str:
 def bench_gather(torch, hg, p: Problem, dtype: str, fast: bool, iters: int, reps: int, stream) -> dict:
     """Gathered A (the token permutation fused into the load) against a separate gather (torch's
     ``index_select``, one kernel) followed by the ungathered grouped GEMM, through the instances
-    `select_grouped` picks for each, both in CUDA graphs."""
+    `select_grouped` picks for each, both in CUDA graphs; every shipped gathering instance of the class
+    is timed alone as well (under its id: build_tools/grouped_table.py files them as the gathered class's
+    points)."""
     sizes, token_of_row = route(torch, p.tokens, p.experts, p.topk)
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float8_e4m3fn
     x = (torch.randn(p.tokens, p.k, device="cuda") * 0.5).to(tdt)
@@ -347,9 +349,26 @@ def bench_gather(torch, hg, p: Problem, dtype: str, fast: bool, iters: int, reps
         "gathered": graph_of(torch, fused, iters, stream),
         "gather + grouped": graph_of(torch, separate, iters, stream),
     }
+    from hgemm_sm90.dispatch import ProblemClass  # the installed package's, like its specs
+
+    specs = hg.instances()
+    cls = ProblemClass.of(next(s for s in specs if s.id == gathered))
+    for iid in [s.id for s in specs if ProblemClass.of(s) == cls]:
+
+        def alone(iid=iid):
+            ptrs = (x.data_ptr(), b.data_ptr(), d.data_ptr())
+            stream_now = torch.cuda.current_stream()
+            hg.launch(iid, ptrs, stream_now, a_idx=idx.data_ptr(), a_rows=p.tokens, **grouping)
+
+        graphs[iid] = graph_of(torch, alone, iters, stream)
     us = time_graphs(torch, graphs, iters, reps, stream)
     return {
         "problem": p.name,
+        "model": p.model,
+        "tokens": p.tokens,
+        "experts": p.experts,
+        "n": p.n,
+        "k": p.k,
         "dtype": dtype,
         "fast_accum": fast,
         "rows": rows,

@@ -2,12 +2,14 @@
 (varlen M) points of the tuning table from `python -m build_tools.bench_moe --json` runs. No GPU.
 
 bench_moe times every shipped grouped instance of a class on whole mixture-of-experts layers (one launch
-over all the layer's groups). Each (layer, dtype class) becomes one point of that class's key (e.g.
-``bf16_bf16_bf16_kkn_varlenm``): ``m`` is the layer's average rows per group (rounded up, as
-`select_grouped` computes it), ``n`` and ``k`` one group's, ``times`` every instance the run timed that the
-default profile ships (kernel_specs.yaml; a trial build's extra instances are dropped, so regen's check of
-the table still holds). The classes the runs measured replace that GPU's points of those classes; every
-other class and GPU is kept. `select_grouped` reads them (runtime/tuning.py `TuningTable.lookup_grouped`).
+over all the layer's groups; with --gather, every gathering instance too). Each (layer, dtype class)
+becomes one point of that class's key (e.g. ``bf16_bf16_bf16_kkn_varlenm``, or ``..._varlenm_gathera``):
+``m`` is the layer's average rows per group (rounded up, as `select_grouped` computes it), ``n`` and ``k``
+one group's, ``times`` every instance the run timed that the default profile ships (kernel_specs.yaml; a
+trial build's extra instances are dropped, so regen's check of the table still holds). The classes the
+runs measured replace that GPU's points of those classes, and their record in ``measured["grouped"]``;
+every other class and GPU is kept. `select_grouped` reads them (runtime/tuning.py
+`TuningTable.lookup_grouped`).
 
 The GPU key is the runs' own (bench_moe records ``gpu_key``, name/SM count, as the tuner keys its table);
 --gpu-key gives it for runs that did not record it.
@@ -60,12 +62,14 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
 
 
 def merge(table: dict, gpu_key: str, classes: dict[str, list[dict]], measured: dict) -> dict:
-    """``table`` with ``gpu_key``'s points of ``classes`` replaced (the GPU added if new)."""
+    """``table`` with ``gpu_key``'s points of ``classes`` replaced (the GPU added if new), and each of
+    those classes' run record (``measured["grouped"][class key]``) set to ``measured``."""
     entry = table.setdefault("gpus", {}).setdefault(gpu_key, {"measured": {}, "classes": {}})
+    records = entry.setdefault("measured", {}).setdefault("grouped", {})
     for key, points in classes.items():  # new classes go last: a rewrite moves no other class in the file
         # Ordered as TuningTable.to_json writes them, so that the file round-trips.
         entry["classes"][key] = sorted(points, key=lambda p: (p["n"], p["k"], p["m"]))
-    entry.setdefault("measured", {})["grouped"] = measured
+        records[key] = measured
     return table
 
 
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m build_tools.grouped_table", description=__doc__.split("\n")[0]
     )
-    ap.add_argument("results", nargs="+", type=Path, help="bench_moe --json files (forward runs)")
+    ap.add_argument("results", nargs="+", type=Path, help="bench_moe --json files (forward or --gather runs)")
     ap.add_argument("--table", type=Path, default=REPO / "runtime" / "tuning.json")
     ap.add_argument("--gpu-key", default=None, help="e.g. 'NVIDIA H200/132' (default: the runs' own)")
     args = ap.parse_args(argv)
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"grouped_table: the runs name GPU keys {sorted(map(str, keys))}; pass --gpu-key")
     classes = points_of([r for run in runs for r in run["results"]], shipped_ids())
     if not classes:
-        raise SystemExit("grouped_table: no forward bench_moe results with instance times in these files")
+        raise SystemExit("grouped_table: no bench_moe results with instance times in these files")
     measured = {
         "date": max(run.get("date", "") for run in runs),
         "command": "python -m build_tools.bench_moe (" + ", ".join(p.name for p in args.results) + ")",

@@ -55,8 +55,8 @@ NEIGHBOUR_COLUMNS = (
 )
 # The class-key suffix of rows timed in PDL chains (see the module docstring).
 PDL_SUFFIX = "@pdl"
-# The class-key suffix of grouped (varlen M) classes, whose points are MoE layers (see the docstring).
-GROUPED_SUFFIX = "_varlenm"
+# What marks a grouped (varlen M) class key, whose points are MoE layers (see the docstring).
+GROUPED_TAG = "_varlenm"
 # How far a grouped lookup reaches in group size: a point counts with weight exp(-d^2 / 2s^2) at d octaves
 # (log2) from the query's average rows. s = 1.5 scored best leaving each MoE model of the suite out in
 # turn (0.989 / 0.986 / 0.952 of the fastest, bf16 / e4m3 promoted / fast, against 0.985 / 0.979 / 0.941
@@ -351,5 +351,6 @@ def shipped_table() -> TuningTable | None:
 
 
 def is_grouped_key(class_key: str) -> bool:
-    """Whether a class key names grouped (varlen M) points, MoE layers, rather than a grid of GEMMs."""
-    return class_key.endswith(GROUPED_SUFFIX)
+    """Whether a class key names grouped (varlen M) points, MoE layers, rather than a grid of GEMMs: the
+    grouped classes' keys, with or without gathered A (``..._varlenm_gathera``)."""
+    return GROUPED_TAG in class_key

@@ -30,6 +30,15 @@ def test_points_hold_the_shipped_instances_at_the_average_group_size():
     assert [t[0] for t in point["times"]] == [WIDE, SMALL]  # fastest first; the trial tile dropped
 
 
+def test_gathered_runs_file_their_instances_under_the_gathered_class():
+    gathered = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop_varlenm_gathera"
+    run = {"problem": "mixtral.up T=4096", "experts": 8, "rows": 8192, "n": 14336, "k": 4096,
+           "us": {"gathered": 1.0, "gather + grouped": 1.0, gathered: 1500.0}}  # fmt: skip
+    classes = grouped_table.points_of([run], grouped_table.shipped_ids())
+    assert list(classes) == ["bf16_bf16_bf16_kkn_varlenm_gathera"]
+    assert tuning.is_grouped_key("bf16_bf16_bf16_kkn_varlenm_gathera")
+
+
 def test_merge_replaces_the_measured_classes_and_keeps_the_rest(tmp_path):
     with open(tuning.shipped_path(), encoding="utf-8") as f:
         table = json.load(f)
@@ -44,6 +53,9 @@ def test_merge_replaces_the_measured_classes_and_keeps_the_rest(tmp_path):
     assert json.dumps(classes["bf16_bf16_bf16_kkn"]) == dense_before
     assert len(classes["bf16_bf16_bf16_kkn_varlenm"]) == 1  # the run's point replaced the class's points
     assert "e4m3_e4m3_bf16_kkn_varlenm" in classes  # a class the run did not measure stays
+    records = doc["gpus"]["NVIDIA H200/132"]["measured"]["grouped"]
+    assert records["bf16_bf16_bf16_kkn_varlenm"]["command"].endswith("(run.json)")
+    assert "e4m3_e4m3_bf16_kkn_varlenm" in records  # and so does its record
     table = tuning.TuningTable.from_json(doc)
     assert table.to_json()["gpus"] == doc["gpus"]  # what the runtime reads, and writes back the same
 
