@@ -35,7 +35,8 @@ def shipped_ids(spec_file: Path = REPO / "kernel_specs.yaml") -> set[str]:
 
 
 def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
-    """Class key -> table points (runtime/tuning.py `Point` JSON) from bench_moe's forward results."""
+    """Class key -> table points (runtime/tuning.py `Point` JSON) from bench_moe's results (forward runs,
+    and --gather runs, which time every gathering instance too)."""
     from runtime.dispatch import ProblemClass
     from runtime.spec import GemmSpec
 
@@ -43,7 +44,7 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
     for r in results:
         timed = {iid: us for iid, us in r.get("us", {}).items() if iid in shipped and us > 0}
         if not timed or "experts" not in r:
-            continue  # a gather or weight-gradient comparison: not a timing of every instance
+            continue  # e.g. a weight-gradient run: no per-layer timing of the class's instances
         keys = {ProblemClass.of(GemmSpec.parse(iid)).key for iid in timed}
         if len(keys) != 1:
             raise SystemExit(f"grouped_table: {r['problem']} times several classes: {sorted(keys)}")

@@ -29,9 +29,10 @@ that this installation does not ship are skipped, so a table from a larger build
 one. Measured by leave-one-out on the H200 table (docs/DISPATCH.md), the model's scaling picks better
 than plain interpolation.
 
-Grouped classes (keys ending in ``_varlenm``, `is_grouped_key`): a point is a whole mixture-of-experts
-layer timed by `python -m build_tools.bench_moe --table` (one launch over all its groups, every grouped
-instance of the class), with ``m`` its *average rows per group* and ``n``, ``k`` one group's. The cost
+Grouped classes (keys with ``_varlenm``, gathered A or not: `is_grouped_key`): a point is a whole
+mixture-of-experts layer timed by `python -m build_tools.bench_moe` (one launch over all its groups, every
+grouped instance of the class) and written here by `python -m build_tools.grouped_table`, with ``m`` its
+*average rows per group* and ``n``, ``k`` one group's. The cost
 model ranks grouped tiles poorly (on the MoE suite its picks ran 0.92-0.96 of the fastest instance's
 speed, docs/DISPATCH.md), and which tile wins depends above all on the group size, so
 `TuningTable.lookup_grouped` weighs every point of the class by how near its group size is to the query's
