@@ -567,8 +567,10 @@ def _varlen_k(s: GemmSpec) -> str | None:
 
 @_instance_rule
 def gather_a(s: GemmSpec) -> str | None:
-    # Gathered A rows are loaded by cp.async from each CTA's own producer threads (TMA cannot gather rows
-    # on sm_90): nothing to multicast, so one CTA per cluster; and only the grouped walks pass the indices.
+    # Gathered A rows are loaded by cp.async from the producer threads (TMA cannot gather rows on sm_90),
+    # so nothing is multicast: one CTA per cluster, or (varlen M) a 1x2 pair on the same rows where each
+    # CTA gathers half of them and bulk-copies its half into the other's stage (one contiguous range only
+    # when a row of the k-tile is one 128-byte swizzle row); only the grouped walks pass the indices.
     # Under varlen K the gathered index is a K position: each copies a column of A in 16-byte pieces of M,
     # so M must be contiguous.
     if not s.gather_a:
@@ -582,9 +584,17 @@ def gather_a(s: GemmSpec) -> str | None:
         )
     if s.varlen == Varlen.k and s.has_c:
         return "gather_a with varlen k and a C operand: not built; drop c_dtype"
+    if s.cluster == (1, 2) and s.varlen == Varlen.m:
+        row_bytes = s.tile[2] * s.a_dtype.bits // 8
+        if row_bytes != 128:
+            return (
+                f"gather_a with cluster 1x2 and a {row_bytes}-byte k-tile row: the pair copies its half "
+                "of the rows as one 128-byte-swizzled range; use tile K = 128 bytes of A"
+            )
+        return None
     if s.cluster != (1, 1):
         return (
             f"gather_a with cluster {s.cluster[0]}x{s.cluster[1]}: gathered rows are loaded by each CTA "
-            "(cp.async, no multicast); use cluster [1, 1]"
+            "(cp.async, no multicast); use cluster [1, 1], or [1, 2] under varlen m"
         )
     return None

@@ -2,6 +2,9 @@
 one place so that no two parts of codegen/kernels/ wait on the same barrier for different things."""
 
 THREADS_PER_WARPGROUP = 128
+# Gathered A in a 1x2 pair: the producer threads (its first two warps) that copy this CTA's half of the
+# rows; the next warp copies the half to the peer (codegen/kernels/grouped.py `_produce_gathered`).
+GATHER_PAIR_LOADERS = 64
 # Named barriers (0 is __syncthreads): the epilogue of each consumer warpgroup set, then the ping-pong
 # hand-offs: "warpgroup w may start its mainloop / its epilogue", then grouped K's trim of a k-tile.
 EPILOGUE_BARRIER = 1  # + warpgroup index under ping-pong

@@ -62,7 +62,13 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from runtime.scheduling import SPLIT_COUNTERS
 
-from .barriers import EPI_TURN_BARRIER, EPILOGUE_BARRIER, MMA_TURN_BARRIER, THREADS_PER_WARPGROUP
+from .barriers import (
+    EPI_TURN_BARRIER,
+    EPILOGUE_BARRIER,
+    GATHER_PAIR_LOADERS,
+    MMA_TURN_BARRIER,
+    THREADS_PER_WARPGROUP,
+)
 from .grouped import GroupedWalks
 from .tile_scheduler import cluster_tile_coord, split_unit, varlen_locate
 
@@ -132,7 +138,9 @@ class KernelConfig:
     varlen_k: bool = False
     # Grouped with gathered A (varlen M only): row i of the groups' concatenated A is row a_idx[i] of the A
     # given (a device int32 array, host entry argument `a_idx`). A is loaded with cp.async by the whole
-    # producer warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1.
+    # producer warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1, or 1x2 under
+    # varlen M: a pair on the same rows, each CTA copying half of them and sending that half to the other
+    # (`GroupedWalks._produce_gathered`).
     gather_a: bool = False
 
     @property
@@ -238,6 +246,8 @@ class HopperGemm(GroupedWalks):
         self.k_acc_buffers = config.k_acc_buffers
         self.fp8_slow_accum = config.k_acc_buffers > 0
         self.num_mcast_a = self.cluster_mn[1]  # A tiles are shared along a cluster row (same M)
+        # Gathered A in a 1x2 pair: each CTA gathers half of the tile's rows and copies it to the other.
+        self.gather_pair = config.gather_a and config.varlen_m and self.cluster_mn == (1, 2)
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
         self.k_split = config.k_split
@@ -385,6 +395,8 @@ class HopperGemm(GroupedWalks):
         fields = {"ab_full_empty": cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]}
         if cutlass.const_expr(mC is not None):
             fields["c_full"] = cute.struct.MemRange[cutlass.Int64, self.c_stages * self.epi_buffer_sets]
+        if cutlass.const_expr(self.gather_pair):
+            fields["a_landed"] = cute.struct.MemRange[cutlass.Int64, self.ab_stages]
         fields["sA"] = buffer(self.a_dtype, a_smem_staged)
         fields["sB"] = buffer(self.b_dtype, b_smem_staged)
         fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
@@ -518,6 +530,13 @@ class HopperGemm(GroupedWalks):
         if cutlass.const_expr(self.gather_a):
             tma_copy_bytes = cute.size_in_bytes(self.b_dtype, b_smem)
             stage_arrivals = 1 + THREADS_PER_WARPGROUP
+        if cutlass.const_expr(self.gather_pair):
+            # This CTA's half of A arrives by cp.async (the loaders' arrivals), the peer's half by its bulk
+            # copy (bytes, like B's).
+            tma_copy_bytes = (
+                cute.size_in_bytes(self.b_dtype, b_smem) + cute.size_in_bytes(self.a_dtype, a_smem) // 2
+            )
+            stage_arrivals = 1 + GATHER_PAIR_LOADERS
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -544,6 +563,15 @@ class HopperGemm(GroupedWalks):
                 with cute.arch.elect_one():
                     for s in cutlass.range_constexpr(self.c_stages * self.epi_buffer_sets):
                         cute.arch.mbarrier_init(c_full + s, 1)
+            cute.arch.mbarrier_init_fence()
+        landed = None
+        if cutlass.const_expr(self.gather_pair):
+            # One "this CTA's half of A landed" barrier per stage: the loaders' cp.async arrivals.
+            landed = storage.a_landed.data_ptr()
+            if warp_idx == 0:
+                with cute.arch.elect_one():
+                    for stage in cutlass.range_constexpr(self.ab_stages):
+                        cute.arch.mbarrier_init(landed + stage, GATHER_PAIR_LOADERS)
             cute.arch.mbarrier_init_fence()
         # Barrier init must be visible cluster-wide before any peer multicasts into this CTA.
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
@@ -664,6 +692,8 @@ class HopperGemm(GroupedWalks):
                     group_size,
                     tidx,
                     warp_idx,
+                    storage.sA.data_ptr(),
+                    landed,
                 )
                 cute.arch.griddepcontrol_launch_dependents()  # every load is issued
                 if warp_idx == self.producer_warp:

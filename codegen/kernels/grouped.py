@@ -9,8 +9,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
+from cutlass.experimental.primitives.nvvm_wrapper import cp_async_bulk_shared_cluster_shared_cta
 
-from .barriers import THREADS_PER_WARPGROUP, TRIM_BARRIER
+from .barriers import GATHER_PAIR_LOADERS, THREADS_PER_WARPGROUP, TRIM_BARRIER
 from .tile_scheduler import cluster_tile_coord, group_rows, varlen_locate
 
 
@@ -248,6 +249,8 @@ class GroupedWalks:
         group_size: Int32,
         tidx: Int32,
         warp_idx: Int32,
+        a_base=None,
+        landed=None,
     ):
         """Producer of a grouped instance with gathered A (every thread of the producer warpgroup): walk
         this CTA's tiles group by group like `_produce_grouped`; for each tile, look up the source row of
@@ -256,8 +259,24 @@ class GroupedWalks:
         16-byte pieces of A's rows with cp.async and count one arrival when they land
         (cp.async.mbarrier.arrive.noinc). Rows past the group's end load a row of A all the same (only
         accumulator rows that are never stored use them); rows past m load row a_idx[m - 1]. K is a
-        multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial."""
+        multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial.
+
+        A pair (`gather_pair`: a 1x2 cluster, both CTAs on the same rows) loads each row once: the first
+        two producer warps of each CTA copy half of the tile's rows (CTA n of the pair: rows [n * M/2,
+        (n + 1) * M/2)) and count them on the stage's `landed` barrier too; the third warp waits for them
+        there and copies the half, already swizzled (one contiguous range: a row of the k-tile is one
+        128-byte swizzle row), into the same place of the peer's stage with one bulk copy that completes
+        the peer's full barrier (whose bytes count B and that half). A stage is released to both CTAs (as
+        under multicast), so neither overwrites a half the other still reads or copies."""
+        pair = cutlass.const_expr(self.gather_pair)
         ptid = tidx % THREADS_PER_WARPGROUP
+        loaders = GATHER_PAIR_LOADERS if pair else THREADS_PER_WARPGROUP
+        tile_rows = self.tile_mnk[0] // 2 if pair else self.tile_mnk[0]
+        half = cluster_coord_mnk[1] if pair else 0
+        sA_rows = sA
+        if cutlass.const_expr(pair):
+            # (M/2, K, 2, 1, stages) -> this CTA's half of every stage
+            sA_rows = cute.flat_divide(sA, (tile_rows, self.tile_mnk[2]))[(None, None, half, 0, None)]
         vector = 128 // self.a_dtype.width
         per_row = self.tile_mnk[2] // vector
         copy_g2s = cute.make_tiled_copy_tv(
@@ -267,12 +286,12 @@ class GroupedWalks:
                 self.a_dtype,
                 num_bits_per_copy=128,
             ),
-            cute.make_ordered_layout((THREADS_PER_WARPGROUP // per_row, per_row), order=(1, 0)),
+            cute.make_ordered_layout((loaders // per_row, per_row), order=(1, 0)),
             cute.make_layout((1, vector)),
         )
-        thr_g2s = copy_g2s.get_slice(ptid)
-        tAsA = thr_g2s.partition_D(sA)  # (vector, rows of this thread, 1, stage)
-        tAcA = thr_g2s.partition_S(cute.make_identity_tensor((self.tile_mnk[0], self.tile_mnk[2])))
+        thr_g2s = copy_g2s.get_slice(ptid % loaders)
+        tAsA = thr_g2s.partition_D(sA_rows)  # (vector, rows of this thread, 1, stage)
+        tAcA = thr_g2s.partition_S(cute.make_identity_tensor((tile_rows, self.tile_mnk[2])))
         rows_per_thread = cute.size(tAcA, mode=[1])
         chunk = tAcA[(0, 0, 0)][1] // vector  # this thread's 16-byte piece of each row of a k-tile
         num_groups = cute.size(seqlens) - 1
@@ -297,6 +316,7 @@ class GroupedWalks:
             cluster_coord_mnk,
             raster_along_m,
             group_size,
+            half * tile_rows,
         )
         while group < num_groups:
             _, tile_n, _, _ = self._grouped_tile(
@@ -333,20 +353,27 @@ class GroupedWalks:
                 cluster_coord_mnk,
                 raster_along_m,
                 group_size,
+                half * tile_rows,
             )
             tBgB_k = tBgB[(None, tile_n, None, group)]
             for k_tile in range(k_tile_cnt):
-                self._start_gathered_stage(
-                    ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
-                )
-                for m in cutlass.range_constexpr(rows_per_thread):
-                    row_pieces = cute.zipped_divide(mA_mkl[(src[m], None, 0)], (vector,))
-                    cute.copy(
-                        copy_g2s,
-                        row_pieces[(None, k_tile * per_row + chunk)],
-                        tAsA[(None, m, 0, producer_state.index)],
+                if ptid < loaders:
+                    self._start_gathered_stage(
+                        ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
                     )
-                cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
+                    for m in cutlass.range_constexpr(rows_per_thread):
+                        row_pieces = cute.zipped_divide(mA_mkl[(src[m], None, 0)], (vector,))
+                        cute.copy(
+                            copy_g2s,
+                            row_pieces[(None, k_tile * per_row + chunk)],
+                            tAsA[(None, m, 0, producer_state.index)],
+                        )
+                    cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
+                    if cutlass.const_expr(pair):
+                        cute.arch.cp_async_mbarrier_arrive_noinc(landed + producer_state.index)
+                elif cutlass.const_expr(pair):
+                    if warp_idx == self.producer_warp + GATHER_PAIR_LOADERS // 32:
+                        self._push_half_to_peer(ab_pipeline, producer_state, a_base, landed, half, tile_rows)
                 producer_state.advance()
             src.store(src_next.load())
             linear, group, first_tile = next_linear, next_group, next_first
@@ -458,6 +485,26 @@ class GroupedWalks:
             ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
 
     @cute.jit
+    def _push_half_to_peer(self, ab_pipeline, producer_state, a_base, landed, half, tile_rows):
+        """Gathered A in a pair (`_produce_gathered`): once this CTA's half of the stage's A rows landed,
+        copy it to the same place of the peer CTA's stage (one bulk copy; its bytes complete the peer's
+        full barrier). One thread; the fence orders the cp.async writes (generic proxy) before the bulk
+        copy's reads (async proxy)."""
+        peer = 1 - half
+        with cute.arch.elect_one():
+            # The landed barrier completes one phase per use, like the consumers' view of the ring.
+            cute.arch.mbarrier_wait(landed + producer_state.index, producer_state.phase ^ 1)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            stage_elems = self.tile_mnk[0] * self.tile_mnk[2]
+            mine = a_base + (producer_state.index * stage_elems + half * tile_rows * self.tile_mnk[2])
+            cp_async_bulk_shared_cluster_shared_cta(
+                cute.arch.map_dsmem_ptr(mine, peer),
+                mine,
+                cute.arch.map_dsmem_ptr(ab_pipeline.producer_get_barrier(producer_state), peer),
+                tile_rows * self.tile_mnk[2] * self.a_dtype.width // 8,
+            )
+
+    @cute.jit
     def _gathered_cols(self, cols, a_idx, k0, tAcA, lo, hi, source_cols):
         """Gathered A over K: fill `cols` with the source column (a_idx, clamped into [0, source_cols)) of
         each of this producer thread's columns of the k-tile that starts at K position `k0`, the position
@@ -480,9 +527,11 @@ class GroupedWalks:
         cluster_coord_mnk,
         raster_along_m,
         group_size,
+        row_offset=0,
     ):
         """Gathered A: the source row (a_idx, clamped into [0, source_rows)) of each of this producer
-        thread's rows of cluster tile `linear` of `group`; rows past m read a_idx[m - 1]."""
+        thread's rows (`tAcA`'s, from tile row `row_offset` on) of cluster tile `linear` of `group`; rows
+        past m read a_idx[m - 1]."""
         total_rows = cute.size(a_idx)
         tile_m, _, row_first, _ = self._grouped_tile(
             linear,
@@ -495,7 +544,7 @@ class GroupedWalks:
             raster_along_m,
             group_size,
         )
-        row0 = row_first + tile_m * self.tile_mnk[0]
+        row0 = row_first + tile_m * self.tile_mnk[0] + row_offset
         rows = cute.make_rmem_tensor(cute.size(tAcA, mode=[1]), Int32)
         for m in cutlass.range_constexpr(cute.size(tAcA, mode=[1])):
             row = cutlass.min(row0 + tAcA[(0, m, 0)][0], total_rows - 1)

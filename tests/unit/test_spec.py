@@ -330,6 +330,12 @@ FAILING = {
         ("gather_a", {"varlen": "k", "gather_a": True}, "use a_major m"),
         ("gather_a", {"varlen": "k", "gather_a": True, "a_major": "m", "c_dtype": "bf16", "c_major": "n"},
          "drop c_dtype"),
+        # Gathering pairs: 1x2 under varlen M only, with a 128-byte k-tile row.
+        ("gather_a", {"varlen": "m", "gather_a": True, "cluster": [2, 1]}, "or [1, 2] under varlen m"),
+        ("gather_a", {"varlen": "k", "gather_a": True, "a_major": "m", "b_major": "n", "cluster": [1, 2]},
+         "use cluster [1, 1]"),
+        ("gather_a", {"varlen": "m", "gather_a": True, "cluster": [1, 2], "tile": [128, 128, 32]},
+         "use tile K = 128 bytes of A"),
     ],
 )  # fmt: skip
 def test_grouped_c_and_gathered_k_rules_name_the_fix(rule, changes, must_mention):
@@ -338,10 +344,12 @@ def test_grouped_c_and_gathered_k_rules_name_the_fix(rule, changes, must_mention
 
 
 def test_grouped_c_and_gathered_k_combinations_that_ship_pass_every_rule():
-    one = {"cluster": [1, 1]}  # grouped-K and gathering instances run 1x1 clusters
+    one = {"cluster": [1, 1]}  # grouped-K instances run 1x1 clusters
     for changes in (
         {"varlen": "m", "c_dtype": "bf16", "c_major": "n"},
         {**one, "varlen": "k", "gather_a": True, "a_major": "m", "b_major": "n"},
+        {"varlen": "m", "gather_a": True, "cluster": [1, 2]},  # a gathering pair (bf16, K 64)
+        {**FP8, "varlen": "m", "gather_a": True, "cluster": [1, 2]},  # e4m3, K 128
         {
             **one,
             "varlen": "k",
