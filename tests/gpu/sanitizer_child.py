@@ -57,6 +57,14 @@ def odd_majors(inst) -> list[str]:
     return [f"{op} {majors[op]}-major" for op in "abd" if majors[op] != NATURAL_MAJOR[op]]
 
 
+def gathered_a_kind(inst) -> str:
+    """How a gathering grouped instance loads A: each CTA its own rows, or a 1x2 pair each gathering half
+    of the rows and bulk-copying it into the other's shared memory (a protocol of its own)."""
+    if tuple(inst.cluster) == (1, 2):
+        return "gathered pair (cp.async + bulk copy to the peer)"
+    return "gathered (cp.async)"
+
+
 def required_features(inst) -> set[tuple]:
     """What must be covered: every value of every family axis shipped, at least once. Grouped (varlen M)
     instances form families of their own (their walk and their epilogue differ), so they never stand in
@@ -74,7 +82,7 @@ def required_features(inst) -> set[tuple]:
             ("grouped tile family", tile_family(inst)),
             ("grouped cluster", f"{inst.cluster[0]}x{inst.cluster[1]}"),
             ("grouped inputs", input_kind(inst)),
-            ("grouped A", "gathered (cp.async)" if inst.gather_a else "TMA"),
+            ("grouped A", gathered_a_kind(inst) if inst.gather_a else "TMA"),
             ("grouped C", "C" if inst.has_c else "no C"),
         }
     out = {
