@@ -262,8 +262,8 @@ class GroupedWalks:
         multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial.
 
         A pair (`gather_pair`: a 1x2 cluster, both CTAs on the same rows) loads each row once: the first
-        two producer warps of each CTA copy half of the tile's rows (CTA n of the pair: rows [n * M/2,
-        (n + 1) * M/2)) and count them on the stage's `landed` barrier too; the third warp waits for them
+        three producer warps of each CTA copy half of the tile's rows (CTA n of the pair: rows [n * M/2,
+        (n + 1) * M/2)) and count them on the stage's `landed` barrier too; the fourth warp waits for them
         there and copies the half, already swizzled (one contiguous range: a row of the k-tile is one
         128-byte swizzle row), into the same place of the peer's stage with one bulk copy that completes
         the peer's full barrier (whose bytes count B and that half). A stage is released to both CTAs (as
@@ -271,6 +271,8 @@ class GroupedWalks:
         pair = cutlass.const_expr(self.gather_pair)
         ptid = tidx % THREADS_PER_WARPGROUP
         loaders = GATHER_PAIR_LOADERS if pair else THREADS_PER_WARPGROUP
+        loader_warps = loaders // 32
+        warp_rank = ptid // 32  # this warp's rank in the producer warpgroup
         tile_rows = self.tile_mnk[0] // 2 if pair else self.tile_mnk[0]
         half = cluster_coord_mnk[1] if pair else 0
         sA_rows = sA
@@ -279,6 +281,10 @@ class GroupedWalks:
             sA_rows = cute.flat_divide(sA, (tile_rows, self.tile_mnk[2]))[(None, None, half, 0, None)]
         vector = 128 // self.a_dtype.width
         per_row = self.tile_mnk[2] // vector
+        # One warp copies a block of 32 / per_row whole rows per pass; the loader warps take the tile's
+        # blocks in turn (warp w: blocks w, w + loader_warps, ...), so each lane copies the same 16-byte
+        # piece of one row per pass. A pair's three loader warps do not divide its 16 blocks: their last
+        # pass is predicated.
         copy_g2s = cute.make_tiled_copy_tv(
             # .cg: straight to L2 (the few KB of L1 that shared memory leaves would only thrash).
             cute.make_copy_atom(
@@ -286,14 +292,15 @@ class GroupedWalks:
                 self.a_dtype,
                 num_bits_per_copy=128,
             ),
-            cute.make_ordered_layout((loaders // per_row, per_row), order=(1, 0)),
+            cute.make_ordered_layout((32 // per_row, per_row), order=(1, 0)),
             cute.make_layout((1, vector)),
         )
-        thr_g2s = copy_g2s.get_slice(ptid % loaders)
-        tAsA = thr_g2s.partition_D(sA_rows)  # (vector, rows of this thread, 1, stage)
+        thr_g2s = copy_g2s.get_slice(tidx % 32)
+        tAsA = thr_g2s.partition_D(sA_rows)  # (vector, row blocks, 1, stage)
         tAcA = thr_g2s.partition_S(cute.make_identity_tensor((tile_rows, self.tile_mnk[2])))
-        rows_per_thread = cute.size(tAcA, mode=[1])
-        chunk = tAcA[(0, 0, 0)][1] // vector  # this thread's 16-byte piece of each row of a k-tile
+        blocks = cute.size(tAcA, mode=[1])
+        passes = (blocks + loader_warps - 1) // loader_warps
+        chunk = tAcA[(0, 0, 0)][1] // vector  # this lane's 16-byte piece of each row of a k-tile
         num_groups = cute.size(seqlens) - 1
         total_rows = cute.size(a_idx)
         source_rows = cute.size(mA_mkl, mode=[0])
@@ -311,6 +318,9 @@ class GroupedWalks:
             group,
             first_tile,
             tAcA,
+            warp_rank,
+            loader_warps,
+            passes,
             source_rows,
             clusters_n,
             cluster_coord_mnk,
@@ -348,6 +358,9 @@ class GroupedWalks:
                 cutlass.min(next_group, num_groups - 1),
                 next_first,
                 tAcA,
+                warp_rank,
+                loader_warps,
+                passes,
                 source_rows,
                 clusters_n,
                 cluster_coord_mnk,
@@ -361,18 +374,21 @@ class GroupedWalks:
                     self._start_gathered_stage(
                         ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
                     )
-                    for m in cutlass.range_constexpr(rows_per_thread):
-                        row_pieces = cute.zipped_divide(mA_mkl[(src[m], None, 0)], (vector,))
-                        cute.copy(
-                            copy_g2s,
-                            row_pieces[(None, k_tile * per_row + chunk)],
-                            tAsA[(None, m, 0, producer_state.index)],
-                        )
+                    piece = k_tile * per_row + chunk
+                    for j in cutlass.range_constexpr(passes):
+                        block = warp_rank + loader_warps * j
+                        if cutlass.const_expr(j < passes - 1 or blocks % loader_warps == 0):
+                            self._copy_row_piece(copy_g2s, mA_mkl, src[j], piece, tAsA, block, producer_state)
+                        else:
+                            if block < blocks:
+                                self._copy_row_piece(
+                                    copy_g2s, mA_mkl, src[j], piece, tAsA, block, producer_state
+                                )
                     cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
                     if cutlass.const_expr(pair):
                         cute.arch.cp_async_mbarrier_arrive_noinc(landed + producer_state.index)
                 elif cutlass.const_expr(pair):
-                    if warp_idx == self.producer_warp + GATHER_PAIR_LOADERS // 32:
+                    if warp_rank == loader_warps:
                         self._push_half_to_peer(ab_pipeline, producer_state, a_base, landed, half, tile_rows)
                 producer_state.advance()
             src.store(src_next.load())
@@ -505,6 +521,14 @@ class GroupedWalks:
             )
 
     @cute.jit
+    def _copy_row_piece(self, copy_g2s, mA_mkl, source_row, piece, tAsA, block, producer_state):
+        """Gathered A over M: cp.async this lane's 16-byte piece `piece` of A's row `source_row` into its
+        place in row block `block` of the stage `producer_state`."""
+        vector = 128 // self.a_dtype.width
+        row_pieces = cute.zipped_divide(mA_mkl[(source_row, None, 0)], (vector,))
+        cute.copy(copy_g2s, row_pieces[(None, piece)], tAsA[(None, block, 0, producer_state.index)])
+
+    @cute.jit
     def _gathered_cols(self, cols, a_idx, k0, tAcA, lo, hi, source_cols):
         """Gathered A over K: fill `cols` with the source column (a_idx, clamped into [0, source_cols)) of
         each of this producer thread's columns of the k-tile that starts at K position `k0`, the position
@@ -522,6 +546,9 @@ class GroupedWalks:
         group,
         first_tile,
         tAcA,
+        warp_rank,
+        loader_warps,
+        passes,
         source_rows,
         clusters_n,
         cluster_coord_mnk,
@@ -530,8 +557,9 @@ class GroupedWalks:
         row_offset=0,
     ):
         """Gathered A: the source row (a_idx, clamped into [0, source_rows)) of each of this producer
-        thread's rows (`tAcA`'s, from tile row `row_offset` on) of cluster tile `linear` of `group`; rows
-        past m read a_idx[m - 1]."""
+        thread's rows of cluster tile `linear` of `group`, one per pass (`_produce_gathered`: pass j copies
+        row block `warp_rank + loader_warps * j` of `tAcA`'s, from tile row `row_offset` on); rows past m
+        read a_idx[m - 1]."""
         total_rows = cute.size(a_idx)
         tile_m, _, row_first, _ = self._grouped_tile(
             linear,
@@ -545,8 +573,12 @@ class GroupedWalks:
             group_size,
         )
         row0 = row_first + tile_m * self.tile_mnk[0] + row_offset
-        rows = cute.make_rmem_tensor(cute.size(tAcA, mode=[1]), Int32)
-        for m in cutlass.range_constexpr(cute.size(tAcA, mode=[1])):
-            row = cutlass.min(row0 + tAcA[(0, m, 0)][0], total_rows - 1)
-            rows[m] = cutlass.min(cutlass.max(a_idx[row], 0), source_rows - 1)
+        rows = cute.make_rmem_tensor(passes, Int32)
+        blocks = cute.size(tAcA, mode=[1])
+        for j in cutlass.range_constexpr(passes):
+            # A block past the tile (a predicated-off pass, or a warp that does not copy) reads the last
+            # block's index: an unused load, in bounds.
+            block = cutlass.min(warp_rank + loader_warps * j, blocks - 1)
+            row = cutlass.min(row0 + tAcA[(0, block, 0)][0], total_rows - 1)
+            rows[j] = cutlass.min(cutlass.max(a_idx[row], 0), source_rows - 1)
         return rows
