@@ -238,7 +238,8 @@ def select_grouped(
         source = "model"
         if varlen == "m":
             rows = max(1, -(-v["m"] // num_groups))
-            picked = table.lookup_grouped(gpu_id, cls.key, rows, {s.id for s in specs}) if table else None
+            allowed = {s.id for s in specs}
+            picked = table.lookup_grouped(gpu_id, cls.key, rows, v["n"], v["k"], allowed) if table else None
             if picked is not None:
                 # Measured MoE layers rank the class's tiles; the estimate is the model's, for the pick.
                 spec = next(s for s in specs if s.id == picked.instance_id)

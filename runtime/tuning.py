@@ -37,7 +37,9 @@ model ranks grouped tiles poorly (on the MoE suite its picks ran 0.92-0.96 of th
 speed, docs/DISPATCH.md), and which tile wins depends above all on the group size, so
 `TuningTable.lookup_grouped` weighs every point of the class by how near its group size is to the query's
 (`GROUP_SIZE_OCTAVES`), over all their (N, K), and picks the candidate with the least weighted mean log
-time over each point's fastest.
+time over each point's fastest. A layer whose (N, K) the table measured uses that column's points alone
+(as a plain lookup on a grid column does): the tiles that win a long 4096 x 14336 layer need not win the
+other layers of its group size.
 """
 
 from __future__ import annotations
@@ -217,14 +219,18 @@ class TuningTable:
         cols = self._columns.get((gpu.key, class_key))
         return bool(cols) and any(col[-1].m >= mq for col in cols.values())
 
-    def lookup_grouped(self, gpu: GpuId, class_key: str, rows: int, allowed) -> Pick | None:
-        """Grouped classes: the table's pick among ``allowed`` for groups of ``rows`` rows on average (see
-        the module docstring), or None without points for this GPU and class. ``Pick.us`` is the pick's
-        weighted mean time over the fastest at the points (a ratio >= 1, not a time)."""
+    def lookup_grouped(self, gpu: GpuId, class_key: str, rows: int, n: int, k: int, allowed) -> Pick | None:
+        """Grouped classes: the table's pick among ``allowed`` for groups of ``rows`` rows on average of a
+        layer whose groups are ``n`` x ``k`` (see the module docstring), or None without points for this GPU
+        and class. ``Pick.us`` is the pick's weighted mean time over the fastest at the points (a ratio
+        >= 1, not a time)."""
         cols = self._columns.get((gpu.key, class_key))
         if not cols:
             return None
-        points = [p for col in cols.values() for p in col]
+        own = cols.get((n, k), [])
+        column = any(c.instance_id in allowed for p in own for c, _ in p.times)
+        # A layer the table measured (its N and K): its own points alone, as a plain lookup on a column.
+        points = own if column else [p for col in cols.values() for p in col]
         timed = {c.instance_id for p in points for c, _ in p.times} & set(allowed)
         if not timed:
             return None
@@ -240,12 +246,13 @@ class TuningTable:
         iid, r = min(regret.items(), key=lambda item: (item[1], item[0]))
         nearest = min({p.m for p in points}, key=lambda m: (abs(math.log2(m) - at), m))
         ratio = math.exp(r / total)
+        layers = f"{len(points)} MoE layers of N={n} K={k}" if column else f"{len(points)} MoE layers"
         return Pick(
             iid,
             None,
             None,
             ratio,
-            f"table {gpu.key} {class_key}: {len(points)} MoE layers weighted by group size around {rows} "
+            f"table {gpu.key} {class_key}: {layers} weighted by group size around {rows} "
             f"rows (nearest measured {nearest}); {ratio:.3f}x the fastest in the weighted mean",
         )
 

@@ -282,6 +282,7 @@ def test_select_for_pdl_reads_the_pdl_rows_where_they_cover_m(catalog_rt, monkey
 SMALL_G = "sm90_bf16_bf16_bf16_fp32acc_kkn_64x128x64_c1x1_coop_varlenm"
 WIDE_G = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x2_pp_varlenm"
 GROUPED_KEY = "bf16_bf16_bf16_kkn" + tuning.GROUPED_TAG
+OFF_COLUMN = (6144, 3072)  # a layer's (N, K) that the table did not measure
 
 
 def _grouped_table() -> tuning.TuningTable:
@@ -295,21 +296,48 @@ def test_grouped_lookup_weighs_the_moe_layers_by_group_size():
     t = _grouped_table()
     assert tuning.is_grouped_key(GROUPED_KEY) and not tuning.is_grouped_key("bf16_bf16_bf16_kkn")
     picks = [
-        t.lookup_grouped(H200, GROUPED_KEY, rows, {SMALL_G, WIDE_G}) for rows in (1, 16, 64, 4096, 10**5)
+        t.lookup_grouped(H200, GROUPED_KEY, rows, *OFF_COLUMN, {SMALL_G, WIDE_G})
+        for rows in (1, 16, 64, 4096, 10**5)
     ]
     assert [p.instance_id for p in picks] == [SMALL_G, SMALL_G, SMALL_G, WIDE_G, WIDE_G]
     assert all(p.us >= 1.0 for p in picks) and picks[1].us < picks[2].us  # further from 16: a worse fit
     # The weight falls off with distance in octaves: the crossover sits between the two measured sizes.
     sizes = [2**e for e in range(4, 13)]
     wide = [
-        r for r in sizes if t.lookup_grouped(H200, GROUPED_KEY, r, {SMALL_G, WIDE_G}).instance_id == WIDE_G
+        r
+        for r in sizes
+        if t.lookup_grouped(H200, GROUPED_KEY, r, *OFF_COLUMN, {SMALL_G, WIDE_G}).instance_id == WIDE_G
     ]
     assert wide and wide == [r for r in sizes if r >= wide[0]] and 16 < wide[0] <= 4096
     # Only allowed, timed instances; no points for another GPU or class.
-    assert t.lookup_grouped(H200, GROUPED_KEY, 4096, {SMALL_G}).instance_id == SMALL_G
-    assert t.lookup_grouped(H200, GROUPED_KEY, 4096, {"sm90_other"}) is None
-    assert t.lookup_grouped(gpus.named("H100 PCIe"), GROUPED_KEY, 4096, {SMALL_G, WIDE_G}) is None
-    assert t.lookup_grouped(H200, "e4m3_e4m3_bf16_kkn_varlenm", 4096, {SMALL_G, WIDE_G}) is None
+    assert t.lookup_grouped(H200, GROUPED_KEY, 4096, *OFF_COLUMN, {SMALL_G}).instance_id == SMALL_G
+    assert t.lookup_grouped(H200, GROUPED_KEY, 4096, *OFF_COLUMN, {"sm90_other"}) is None
+    assert (
+        t.lookup_grouped(gpus.named("H100 PCIe"), GROUPED_KEY, 4096, *OFF_COLUMN, {SMALL_G, WIDE_G}) is None
+    )
+    assert t.lookup_grouped(H200, "e4m3_e4m3_bf16_kkn_varlenm", 4096, *OFF_COLUMN, {SMALL_G, WIDE_G}) is None
+
+
+def test_grouped_lookup_of_a_measured_layer_uses_its_own_points():
+    """On a (N, K) the table measured, that column's points alone decide, whatever the other layers of the
+    same group size say; off the columns, all layers weigh in."""
+    allowed = {SMALL_G, WIDE_G}
+    # At 4096 rows the 64-row tile won (4096, 14336) by a little, the 1x2 tile the other two layers by far.
+    points = [
+        _point(4096, 4096, 14336, **{SMALL_G: 480.0, WIDE_G: 500.0}),
+        _point(4096, 14336, 4096, **{SMALL_G: 900.0, WIDE_G: 500.0}),
+        _point(4096, 2048, 7168, **{SMALL_G: 900.0, WIDE_G: 500.0}),
+        _point(4096, 1536, 2048, **{SMALL_G: 100.0}),
+    ]
+    t = tuning.TuningTable({H200.key: {GROUPED_KEY: points}})
+    own = t.lookup_grouped(H200, GROUPED_KEY, 4096, 4096, 14336, allowed)
+    assert own.instance_id == SMALL_G and "N=4096 K=14336" in own.reason
+    assert t.lookup_grouped(H200, GROUPED_KEY, 2048, 14336, 4096, allowed).instance_id == WIDE_G
+    off = t.lookup_grouped(H200, GROUPED_KEY, 4096, *OFF_COLUMN, allowed)
+    assert off.instance_id == WIDE_G and "N=" not in off.reason
+    # A column that timed none of the allowed instances does not count as measured: the others decide.
+    fallback = t.lookup_grouped(H200, GROUPED_KEY, 4096, 1536, 2048, {WIDE_G})
+    assert fallback.instance_id == WIDE_G and "N=" not in fallback.reason
 
 
 def test_select_grouped_reads_the_tables_moe_layers_where_it_has_them(catalog_rt, monkeypatch):
