@@ -137,10 +137,10 @@ class KernelConfig:
     # and B stage before its WGMMAs (they belong to the next group).
     varlen_k: bool = False
     # Grouped with gathered A (varlen M only): row i of the groups' concatenated A is row a_idx[i] of the A
-    # given (a device int32 array, host entry argument `a_idx`). A is loaded with cp.async by the whole
-    # producer warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1, or 1x2 under
-    # varlen M: a pair on the same rows, each CTA copying half of them and sending that half to the other
-    # (`GroupedWalks._produce_gathered`).
+    # given (a device int32 array, host entry argument `a_idx`). A is loaded with cp.async by the producer
+    # warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1 (all four warps copy), or
+    # 1x2 under varlen M: a pair on the same rows, each CTA copying half of them (three warps) and sending
+    # that half to the other (the fourth; `GroupedWalks._produce_gathered`).
     gather_a: bool = False
 
     @property
