@@ -567,10 +567,10 @@ def _varlen_k(s: GemmSpec) -> str | None:
 
 @_instance_rule
 def gather_a(s: GemmSpec) -> str | None:
-    # Gathered A rows are loaded by cp.async from the producer threads (TMA cannot gather rows on sm_90),
-    # so nothing is multicast: one CTA per cluster, or (varlen M) a 1x2 pair on the same rows where each
-    # CTA gathers half of them and bulk-copies its half into the other's stage (one contiguous range only
-    # when a row of the k-tile is one 128-byte swizzle row); only the grouped walks pass the indices.
+    # Gathered A rows are loaded by cp.async from the producer threads in a 1x1 cluster (TMA cannot gather
+    # rows on sm_90), or (varlen M) in a 1x2 pair on the same rows, where each CTA loads half of them as
+    # one-row TMA boxes multicast to both (a box lands where a whole-tile load would put its row only when
+    # a row of the k-tile is one 128-byte swizzle row); only the grouped walks pass the indices.
     # Under varlen K the gathered index is a K position: each copies a column of A in 16-byte pieces of M,
     # so M must be contiguous.
     if not s.gather_a:
@@ -588,8 +588,8 @@ def gather_a(s: GemmSpec) -> str | None:
         row_bytes = s.tile[2] * s.a_dtype.bits // 8
         if row_bytes != 128:
             return (
-                f"gather_a with cluster 1x2 and a {row_bytes}-byte k-tile row: the pair copies its half "
-                "of the rows as one 128-byte-swizzled range; use tile K = 128 bytes of A"
+                f"gather_a with cluster 1x2 and a {row_bytes}-byte k-tile row: the pair loads its rows as "
+                "one-row boxes of one 128-byte swizzle row each; use tile K = 128 bytes of A"
             )
         return None
     if s.cluster != (1, 1):

@@ -2,10 +2,6 @@
 one place so that no two parts of codegen/kernels/ wait on the same barrier for different things."""
 
 THREADS_PER_WARPGROUP = 128
-# Gathered A in a 1x2 pair: the producer threads (its first three warps) that copy this CTA's half of the
-# rows; the fourth warp copies the half to the peer (codegen/kernels/grouped.py `_produce_gathered`).
-# Two copying warps ran as fast, but spill a 128 x 192 fp8 pair under per-warp row blocks (docs/KERNEL.md).
-GATHER_PAIR_LOADERS = 96
 # Named barriers (0 is __syncthreads): the epilogue of each consumer warpgroup set, then the ping-pong
 # hand-offs: "warpgroup w may start its mainloop / its epilogue", then grouped K's trim of a k-tile.
 EPILOGUE_BARRIER = 1  # + warpgroup index under ping-pong

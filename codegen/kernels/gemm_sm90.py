@@ -65,7 +65,6 @@ from runtime.scheduling import SPLIT_COUNTERS
 from .barriers import (
     EPI_TURN_BARRIER,
     EPILOGUE_BARRIER,
-    GATHER_PAIR_LOADERS,
     MMA_TURN_BARRIER,
     THREADS_PER_WARPGROUP,
 )
@@ -137,10 +136,10 @@ class KernelConfig:
     # and B stage before its WGMMAs (they belong to the next group).
     varlen_k: bool = False
     # Grouped with gathered A (varlen M only): row i of the groups' concatenated A is row a_idx[i] of the A
-    # given (a device int32 array, host entry argument `a_idx`). A is loaded with cp.async by the producer
-    # warpgroup (TMA cannot gather rows on sm_90); B stays on TMA. Cluster 1x1 (all four warps copy), or
-    # 1x2 under varlen M: a pair on the same rows, each CTA copying half of them (three warps) and sending
-    # that half to the other (the fourth; `GroupedWalks._produce_gathered`).
+    # given (a device int32 array, host entry argument `a_idx`). Cluster 1x1: A is loaded with cp.async by
+    # all four producer warps (one TMA box cannot hold scattered rows; `GroupedWalks._produce_gathered`).
+    # Cluster 1x2 under varlen M: a pair on the same rows, each CTA loading half of them as one-row TMA
+    # boxes multicast to both (`GroupedWalks._produce_gathered_pair`). B stays on TMA.
     gather_a: bool = False
 
     @property
@@ -246,7 +245,7 @@ class HopperGemm(GroupedWalks):
         self.k_acc_buffers = config.k_acc_buffers
         self.fp8_slow_accum = config.k_acc_buffers > 0
         self.num_mcast_a = self.cluster_mn[1]  # A tiles are shared along a cluster row (same M)
-        # Gathered A in a 1x2 pair: each CTA gathers half of the tile's rows and copies it to the other.
+        # Gathered A in a 1x2 pair: each CTA loads half of the tile's rows by one-row TMA boxes, multicast.
         self.gather_pair = config.gather_a and config.varlen_m and self.cluster_mn == (1, 2)
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
@@ -341,11 +340,25 @@ class HopperGemm(GroupedWalks):
                 self.c_dtype, self.c_layout, self.epi_tile, self.c_stages * self.epi_buffer_sets
             )
 
-        # Gathered A is loaded row by row with cp.async from the tensor itself (no descriptor).
+        # Gathered A is loaded row by row: with cp.async from the tensor itself (no descriptor) in a 1x1
+        # cluster, by one-row TMA boxes in a pair (`GroupedWalks._produce_gathered_pair`).
         tma_atom_a, tma_tensor_a = None, mA
         if cutlass.const_expr(not self.gather_a):
             tma_atom_a, tma_tensor_a = self._make_load_tma(
                 mA, a_smem_staged, (self.tile_mnk[0], self.tile_mnk[2]), self.num_mcast_a
+            )
+        elif cutlass.const_expr(self.gather_pair):
+            # One row of a k-tile (128 bytes along K: codegen/validity.py `gather_a`), with the stage's
+            # swizzle; multicast by mask at issue, so the atom does not split the box between the CTAs.
+            row_layout = cute.make_composed_layout(
+                a_smem_staged.inner, 0, cute.make_layout((1, self.tile_mnk[2]), stride=(self.tile_mnk[2], 1))
+            )
+            tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SMulticastOp(),
+                mA,
+                row_layout,
+                (1, self.tile_mnk[2]),
+                num_multicast=1,
             )
         tma_atom_b, tma_tensor_b = self._make_load_tma(
             mB, b_smem_staged, (self.tile_mnk[1], self.tile_mnk[2]), self.num_mcast_b
@@ -395,8 +408,6 @@ class HopperGemm(GroupedWalks):
         fields = {"ab_full_empty": cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]}
         if cutlass.const_expr(mC is not None):
             fields["c_full"] = cute.struct.MemRange[cutlass.Int64, self.c_stages * self.epi_buffer_sets]
-        if cutlass.const_expr(self.gather_pair):
-            fields["a_landed"] = cute.struct.MemRange[cutlass.Int64, self.ab_stages]
         fields["sA"] = buffer(self.a_dtype, a_smem_staged)
         fields["sB"] = buffer(self.b_dtype, b_smem_staged)
         fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
@@ -510,7 +521,7 @@ class HopperGemm(GroupedWalks):
         is_producer = warp_group_idx == self.num_consumer_wgs
 
         if warp_idx == self.producer_warp:
-            if cutlass.const_expr(not self.gather_a):
+            if cutlass.const_expr(not self.gather_a or self.gather_pair):
                 cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
             if cutlass.const_expr(not self.varlen_m):
@@ -531,12 +542,11 @@ class HopperGemm(GroupedWalks):
             tma_copy_bytes = cute.size_in_bytes(self.b_dtype, b_smem)
             stage_arrivals = 1 + THREADS_PER_WARPGROUP
         if cutlass.const_expr(self.gather_pair):
-            # This CTA's half of A arrives by cp.async (the loaders' arrivals), the peer's half by its bulk
-            # copy (bytes, like B's).
-            tma_copy_bytes = (
-                cute.size_in_bytes(self.b_dtype, b_smem) + cute.size_in_bytes(self.a_dtype, a_smem) // 2
+            # Both halves of A arrive as multicast TMA bytes (each CTA of the pair sends its half to both).
+            tma_copy_bytes = cute.size_in_bytes(self.b_dtype, b_smem) + cute.size_in_bytes(
+                self.a_dtype, a_smem
             )
-            stage_arrivals = 1 + GATHER_PAIR_LOADERS
+            stage_arrivals = 1
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -563,15 +573,6 @@ class HopperGemm(GroupedWalks):
                 with cute.arch.elect_one():
                     for s in cutlass.range_constexpr(self.c_stages * self.epi_buffer_sets):
                         cute.arch.mbarrier_init(c_full + s, 1)
-            cute.arch.mbarrier_init_fence()
-        landed = None
-        if cutlass.const_expr(self.gather_pair):
-            # One "this CTA's half of A landed" barrier per stage: the loaders' cp.async arrivals.
-            landed = storage.a_landed.data_ptr()
-            if warp_idx == 0:
-                with cute.arch.elect_one():
-                    for stage in cutlass.range_constexpr(self.ab_stages):
-                        cute.arch.mbarrier_init(landed + stage, GATHER_PAIR_LOADERS)
             cute.arch.mbarrier_init_fence()
         # Barrier init must be visible cluster-wide before any peer multicasts into this CTA.
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
@@ -673,28 +674,50 @@ class HopperGemm(GroupedWalks):
                 producer_state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.ab_stages
                 )
-                producer_state = self._produce_gathered(
-                    ab_pipeline,
-                    producer_state,
-                    mA_mkl,
-                    sA,
-                    tma_atom_b,
-                    tBgB,
-                    tBsB,
-                    seqlens,
-                    cute.make_tensor(a_idx, cute.make_layout(cute.size(mD_mnl, mode=[0]))),
-                    k_tile_cnt,
-                    clusters_n,
-                    cluster_id,
-                    num_clusters,
-                    cluster_coord_mnk,
-                    raster_along_m,
-                    group_size,
-                    tidx,
-                    warp_idx,
-                    storage.sA.data_ptr(),
-                    landed,
-                )
+                if cutlass.const_expr(self.gather_pair):
+                    producer_state = self._produce_gathered_pair(
+                        ab_pipeline,
+                        producer_state,
+                        tma_atom_a,
+                        mA_mkl,
+                        storage.sA.data_ptr(),
+                        a_smem_staged.inner,
+                        tma_atom_b,
+                        tBgB,
+                        tBsB,
+                        seqlens,
+                        cute.make_tensor(a_idx, cute.make_layout(cute.size(mD_mnl, mode=[0]))),
+                        k_tile_cnt,
+                        clusters_n,
+                        cluster_id,
+                        num_clusters,
+                        cluster_coord_mnk,
+                        raster_along_m,
+                        group_size,
+                        tidx,
+                        warp_idx,
+                    )
+                else:
+                    producer_state = self._produce_gathered(
+                        ab_pipeline,
+                        producer_state,
+                        mA_mkl,
+                        sA,
+                        tma_atom_b,
+                        tBgB,
+                        tBsB,
+                        seqlens,
+                        cute.make_tensor(a_idx, cute.make_layout(cute.size(mD_mnl, mode=[0]))),
+                        k_tile_cnt,
+                        clusters_n,
+                        cluster_id,
+                        num_clusters,
+                        cluster_coord_mnk,
+                        raster_along_m,
+                        group_size,
+                        tidx,
+                        warp_idx,
+                    )
                 cute.arch.griddepcontrol_launch_dependents()  # every load is issued
                 if warp_idx == self.producer_warp:
                     ab_pipeline.producer_tail(producer_state)

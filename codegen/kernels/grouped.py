@@ -9,9 +9,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
-from cutlass.experimental.primitives.nvvm_wrapper import cp_async_bulk_shared_cluster_shared_cta
 
-from .barriers import GATHER_PAIR_LOADERS, THREADS_PER_WARPGROUP, TRIM_BARRIER
+from .barriers import THREADS_PER_WARPGROUP, TRIM_BARRIER
 from .tile_scheduler import cluster_tile_coord, group_rows, varlen_locate
 
 
@@ -249,42 +248,24 @@ class GroupedWalks:
         group_size: Int32,
         tidx: Int32,
         warp_idx: Int32,
-        a_base=None,
-        landed=None,
     ):
-        """Producer of a grouped instance with gathered A (every thread of the producer warpgroup): walk
-        this CTA's tiles group by group like `_produce_grouped`; for each tile, look up the source row of
-        each of this thread's tile rows once (a_idx, clamped into A), then per k-tile: wait until the stage
-        is free, let the first warp TMA-load B (arming the stage with B's bytes), copy this thread's
-        16-byte pieces of A's rows with cp.async and count one arrival when they land
+        """Producer of a grouped instance with gathered A in a 1x1 cluster (every thread of the producer
+        warpgroup): walk this CTA's tiles group by group like `_produce_grouped`; for each tile, look up the
+        source row of each of this thread's tile rows once (a_idx, clamped into A), then per k-tile: wait
+        until the stage is free, let the first warp TMA-load B (arming the stage with B's bytes), copy this
+        thread's 16-byte pieces of A's rows with cp.async and count one arrival when they land
         (cp.async.mbarrier.arrive.noinc). Rows past the group's end load a row of A all the same (only
         accumulator rows that are never stored use them); rows past m load row a_idx[m - 1]. K is a
-        multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial.
-
-        A pair (`gather_pair`: a 1x2 cluster, both CTAs on the same rows) loads each row once: the first
-        three producer warps of each CTA copy half of the tile's rows (CTA n of the pair: rows [n * M/2,
-        (n + 1) * M/2)) and count them on the stage's `landed` barrier too; the fourth warp waits for them
-        there and copies the half, already swizzled (one contiguous range: a row of the k-tile is one
-        128-byte swizzle row), into the same place of the peer's stage with one bulk copy that completes
-        the peer's full barrier (whose bytes count B and that half). A stage is released to both CTAs (as
-        under multicast), so neither overwrites a half the other still reads or copies."""
-        pair = cutlass.const_expr(self.gather_pair)
+        multiple of the tile's K (the runtime's rule for gathered A), so no k-tile is partial. (A pair's
+        producer is `_produce_gathered_pair`.)"""
         ptid = tidx % THREADS_PER_WARPGROUP
-        loaders = GATHER_PAIR_LOADERS if pair else THREADS_PER_WARPGROUP
-        loader_warps = loaders // 32
+        loader_warps = THREADS_PER_WARPGROUP // 32
         warp_rank = ptid // 32  # this warp's rank in the producer warpgroup
-        tile_rows = self.tile_mnk[0] // 2 if pair else self.tile_mnk[0]
-        half = cluster_coord_mnk[1] if pair else 0
-        sA_rows = sA
-        if cutlass.const_expr(pair):
-            # (M/2, K, 2, 1, stages) -> this CTA's half of every stage
-            sA_rows = cute.flat_divide(sA, (tile_rows, self.tile_mnk[2]))[(None, None, half, 0, None)]
+        tile_rows = self.tile_mnk[0]
         vector = 128 // self.a_dtype.width
         per_row = self.tile_mnk[2] // vector
-        # One warp copies a block of 32 / per_row whole rows per pass; the loader warps take the tile's
-        # blocks in turn (warp w: blocks w, w + loader_warps, ...), so each lane copies the same 16-byte
-        # piece of one row per pass. A pair's three loader warps do not divide its 16 blocks: their last
-        # pass is predicated.
+        # One warp copies a block of 32 / per_row whole rows per pass; the warps take the tile's blocks in
+        # turn (warp w: blocks w, w + 4, ...), so each lane copies the same 16-byte piece of one row per pass.
         copy_g2s = cute.make_tiled_copy_tv(
             # .cg: straight to L2 (the few KB of L1 that shared memory leaves would only thrash).
             cute.make_copy_atom(
@@ -296,10 +277,12 @@ class GroupedWalks:
             cute.make_layout((1, vector)),
         )
         thr_g2s = copy_g2s.get_slice(tidx % 32)
-        tAsA = thr_g2s.partition_D(sA_rows)  # (vector, row blocks, 1, stage)
+        tAsA = thr_g2s.partition_D(sA)  # (vector, row blocks, 1, stage)
         tAcA = thr_g2s.partition_S(cute.make_identity_tensor((tile_rows, self.tile_mnk[2])))
         blocks = cute.size(tAcA, mode=[1])
-        passes = (blocks + loader_warps - 1) // loader_warps
+        if cutlass.const_expr(blocks % loader_warps):
+            raise ValueError(f"gathered A: {blocks} row blocks do not divide among {loader_warps} warps")
+        passes = blocks // loader_warps
         chunk = tAcA[(0, 0, 0)][1] // vector  # this lane's 16-byte piece of each row of a k-tile
         num_groups = cute.size(seqlens) - 1
         total_rows = cute.size(a_idx)
@@ -326,7 +309,6 @@ class GroupedWalks:
             cluster_coord_mnk,
             raster_along_m,
             group_size,
-            half * tile_rows,
         )
         while group < num_groups:
             _, tile_n, _, _ = self._grouped_tile(
@@ -366,34 +348,194 @@ class GroupedWalks:
                 cluster_coord_mnk,
                 raster_along_m,
                 group_size,
-                half * tile_rows,
             )
             tBgB_k = tBgB[(None, tile_n, None, group)]
             for k_tile in range(k_tile_cnt):
-                if ptid < loaders:
-                    self._start_gathered_stage(
-                        ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
+                self._start_gathered_stage(
+                    ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
+                )
+                for j in cutlass.range_constexpr(passes):
+                    row_pieces = cute.zipped_divide(mA_mkl[(src[j], None, 0)], (vector,))
+                    cute.copy(
+                        copy_g2s,
+                        row_pieces[(None, k_tile * per_row + chunk)],
+                        tAsA[(None, warp_rank + loader_warps * j, 0, producer_state.index)],
                     )
-                    piece = k_tile * per_row + chunk
-                    for j in cutlass.range_constexpr(passes):
-                        block = warp_rank + loader_warps * j
-                        if cutlass.const_expr(j < passes - 1 or blocks % loader_warps == 0):
-                            self._copy_row_piece(copy_g2s, mA_mkl, src[j], piece, tAsA, block, producer_state)
-                        else:
-                            if block < blocks:
-                                self._copy_row_piece(
-                                    copy_g2s, mA_mkl, src[j], piece, tAsA, block, producer_state
-                                )
-                    cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
-                    if cutlass.const_expr(pair):
-                        cute.arch.cp_async_mbarrier_arrive_noinc(landed + producer_state.index)
-                elif cutlass.const_expr(pair):
-                    if warp_rank == loader_warps:
-                        self._push_half_to_peer(ab_pipeline, producer_state, a_base, landed, half, tile_rows)
+                cute.arch.cp_async_mbarrier_arrive_noinc(ab_pipeline.producer_get_barrier(producer_state))
                 producer_state.advance()
             src.store(src_next.load())
             linear, group, first_tile = next_linear, next_group, next_first
         return producer_state
+
+    @cute.jit
+    def _produce_gathered_pair(
+        self,
+        ab_pipeline,
+        producer_state,
+        tma_atom_a,
+        mA_mkl: cute.Tensor,
+        a_base,
+        a_swizzle,
+        tma_atom_b,
+        tBgB,
+        tBsB,
+        seqlens,
+        a_idx,
+        k_tile_cnt: Int32,
+        clusters_n: Int32,
+        cluster_id: Int32,
+        num_clusters: Int32,
+        cluster_coord_mnk,
+        raster_along_m: Int32,
+        group_size: Int32,
+        tidx: Int32,
+        warp_idx: Int32,
+    ):
+        """Producer of a gathering pair (`gather_pair`: a 1x2 cluster whose CTAs take the same rows): each
+        CTA loads half of the tile's rows (CTA n: rows [n * M/2, (n + 1) * M/2)) as one-row TMA boxes
+        multicast to both CTAs, so each row is read once per pair and lands in both stages. Per k-tile every
+        producer warp waits until the stage is free (released by both CTAs' consumers, as under multicast),
+        the first also arms the full barrier with B's and the whole A tile's bytes and TMA-loads B; then
+        each warp issues its M/8 rows, one after another (`cute.copy` elects the issuing lane), row j's
+        source index shuffled from lane j, which loaded it once per tile (a_idx, clamped into A; rows past
+        m read a_idx[m - 1]). A box lands at its row's unswizzled 128-byte offset of the stage and the TMA
+        unit applies the 128-byte swizzle from the address, so it lands where a whole-tile load would have
+        put that row (a k-tile row is one 128-byte swizzle row: codegen/validity.py `gather_a`)."""
+        ptid = tidx % THREADS_PER_WARPGROUP
+        lane = tidx % 32
+        warp_rank = ptid // 32
+        warps = THREADS_PER_WARPGROUP // 32
+        tile_k = self.tile_mnk[2]
+        half_rows = self.tile_mnk[0] // 2
+        rows_per_warp = half_rows // warps
+        if cutlass.const_expr(rows_per_warp > 32):
+            raise ValueError(f"gathering pair: {rows_per_warp} rows per warp, more than its lanes")
+        both = cutlass.Int16(0b11)  # multicast to the pair's two CTAs (cluster ranks 0 and 1)
+        half = cluster_coord_mnk[1]
+        first_row = half * half_rows + warp_rank * rows_per_warp  # this warp's first tile row
+        stage_elems = self.tile_mnk[0] * tile_k
+        row_layout = cute.make_composed_layout(
+            a_swizzle, 0, cute.make_layout((1, tile_k), stride=(tile_k, 1))
+        )
+        gA_rows = cute.local_tile(mA_mkl[(None, None, 0)], (1, tile_k), (None, None))  # (1, K, rows, k-tiles)
+        num_groups = cute.size(seqlens) - 1
+        total_rows = cute.size(a_idx)
+        source_rows = cute.size(mA_mkl, mode=[0])
+        rows_per_cluster_tile = self.tile_mnk[0] * self.cluster_mn[0]
+        linear = cluster_id
+        group, first_tile = varlen_locate(
+            linear, Int32(0), Int32(0), seqlens, num_groups, total_rows, rows_per_cluster_tile, clusters_n
+        )
+        my_row = first_row + cutlass.min(lane, rows_per_warp - 1)
+        src = self._tile_row_source(
+            a_idx,
+            seqlens,
+            linear,
+            group,
+            first_tile,
+            my_row,
+            source_rows,
+            clusters_n,
+            cluster_coord_mnk,
+            raster_along_m,
+            group_size,
+        )
+        while group < num_groups:
+            _, tile_n, _, _ = self._grouped_tile(
+                linear,
+                group,
+                first_tile,
+                seqlens,
+                total_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            next_linear = linear + num_clusters
+            next_group, next_first = varlen_locate(
+                next_linear,
+                group,
+                first_tile,
+                seqlens,
+                num_groups,
+                total_rows,
+                rows_per_cluster_tile,
+                clusters_n,
+            )
+            src_next = self._tile_row_source(
+                a_idx,
+                seqlens,
+                next_linear,
+                cutlass.min(next_group, num_groups - 1),
+                next_first,
+                my_row,
+                source_rows,
+                clusters_n,
+                cluster_coord_mnk,
+                raster_along_m,
+                group_size,
+            )
+            tBgB_k = tBgB[(None, tile_n, None, group)]
+            for k_tile in range(k_tile_cnt):
+                self._start_gathered_stage(
+                    ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx
+                )
+                full = ab_pipeline.producer_get_barrier(producer_state)
+                for j in cutlass.range_constexpr(rows_per_warp):
+                    source = cute.arch.shuffle_sync(src, j)
+                    offset = producer_state.index * stage_elems + (first_row + j) * tile_k
+                    dst = cute.make_tensor(a_base + offset, row_layout)
+                    tAs, tAg = cpasync.tma_partition(
+                        tma_atom_a,
+                        0,
+                        cute.make_layout(1),
+                        cute.group_modes(dst, 0, 2),
+                        cute.group_modes(gA_rows, 0, 2),
+                    )
+                    cute.copy(
+                        tma_atom_a,
+                        tAg[(None, source, k_tile)],
+                        tAs,
+                        tma_bar_ptr=full,
+                        mcast_mask=both,
+                    )
+                producer_state.advance()
+            src = src_next
+            linear, group, first_tile = next_linear, next_group, next_first
+        return producer_state
+
+    @cute.jit
+    def _tile_row_source(
+        self,
+        a_idx,
+        seqlens,
+        linear,
+        group,
+        first_tile,
+        tile_row,
+        source_rows,
+        clusters_n,
+        cluster_coord_mnk,
+        raster_along_m,
+        group_size,
+    ):
+        """Gathered A: the source row (a_idx, clamped into [0, source_rows)) of tile row `tile_row` of cluster
+        tile `linear` of `group`; rows past m read a_idx[m - 1]."""
+        total_rows = cute.size(a_idx)
+        tile_m, _, row_first, _ = self._grouped_tile(
+            linear,
+            group,
+            first_tile,
+            seqlens,
+            total_rows,
+            clusters_n,
+            cluster_coord_mnk,
+            raster_along_m,
+            group_size,
+        )
+        row = cutlass.min(row_first + tile_m * self.tile_mnk[0] + tile_row, total_rows - 1)
+        return cutlass.min(cutlass.max(a_idx[row], 0), source_rows - 1)
 
     @cute.jit
     def _produce_gathered_k(
@@ -501,34 +643,6 @@ class GroupedWalks:
             ab_pipeline.sync_object_empty.wait(producer_state.index, producer_state.phase)
 
     @cute.jit
-    def _push_half_to_peer(self, ab_pipeline, producer_state, a_base, landed, half, tile_rows):
-        """Gathered A in a pair (`_produce_gathered`): once this CTA's half of the stage's A rows landed,
-        copy it to the same place of the peer CTA's stage (one bulk copy; its bytes complete the peer's
-        full barrier). One thread; the fence orders the cp.async writes (generic proxy) before the bulk
-        copy's reads (async proxy)."""
-        peer = 1 - half
-        with cute.arch.elect_one():
-            # The landed barrier completes one phase per use, like the consumers' view of the ring.
-            cute.arch.mbarrier_wait(landed + producer_state.index, producer_state.phase ^ 1)
-            cute.arch.fence_proxy("async.shared", space="cta")
-            stage_elems = self.tile_mnk[0] * self.tile_mnk[2]
-            mine = a_base + (producer_state.index * stage_elems + half * tile_rows * self.tile_mnk[2])
-            cp_async_bulk_shared_cluster_shared_cta(
-                cute.arch.map_dsmem_ptr(mine, peer),
-                mine,
-                cute.arch.map_dsmem_ptr(ab_pipeline.producer_get_barrier(producer_state), peer),
-                tile_rows * self.tile_mnk[2] * self.a_dtype.width // 8,
-            )
-
-    @cute.jit
-    def _copy_row_piece(self, copy_g2s, mA_mkl, source_row, piece, tAsA, block, producer_state):
-        """Gathered A over M: cp.async this lane's 16-byte piece `piece` of A's row `source_row` into its
-        place in row block `block` of the stage `producer_state`."""
-        vector = 128 // self.a_dtype.width
-        row_pieces = cute.zipped_divide(mA_mkl[(source_row, None, 0)], (vector,))
-        cute.copy(copy_g2s, row_pieces[(None, piece)], tAsA[(None, block, 0, producer_state.index)])
-
-    @cute.jit
     def _gathered_cols(self, cols, a_idx, k0, tAcA, lo, hi, source_cols):
         """Gathered A over K: fill `cols` with the source column (a_idx, clamped into [0, source_cols)) of
         each of this producer thread's columns of the k-tile that starts at K position `k0`, the position
@@ -554,12 +668,10 @@ class GroupedWalks:
         cluster_coord_mnk,
         raster_along_m,
         group_size,
-        row_offset=0,
     ):
         """Gathered A: the source row (a_idx, clamped into [0, source_rows)) of each of this producer
         thread's rows of cluster tile `linear` of `group`, one per pass (`_produce_gathered`: pass j copies
-        row block `warp_rank + loader_warps * j` of `tAcA`'s, from tile row `row_offset` on); rows past m
-        read a_idx[m - 1]."""
+        row block `warp_rank + loader_warps * j` of `tAcA`'s); rows past m read a_idx[m - 1]."""
         total_rows = cute.size(a_idx)
         tile_m, _, row_first, _ = self._grouped_tile(
             linear,
@@ -572,13 +684,9 @@ class GroupedWalks:
             raster_along_m,
             group_size,
         )
-        row0 = row_first + tile_m * self.tile_mnk[0] + row_offset
+        row0 = row_first + tile_m * self.tile_mnk[0]
         rows = cute.make_rmem_tensor(passes, Int32)
-        blocks = cute.size(tAcA, mode=[1])
         for j in cutlass.range_constexpr(passes):
-            # A block past the tile (a predicated-off pass, or a warp that does not copy) reads the last
-            # block's index: an unused load, in bounds.
-            block = cutlass.min(warp_rank + loader_warps * j, blocks - 1)
-            row = cutlass.min(row0 + tAcA[(0, block, 0)][0], total_rows - 1)
+            row = cutlass.min(row0 + tAcA[(0, warp_rank + loader_warps * j, 0)][0], total_rows - 1)
             rows[j] = cutlass.min(cutlass.max(a_idx[row], 0), source_rows - 1)
         return rows

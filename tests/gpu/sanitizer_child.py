@@ -58,10 +58,10 @@ def odd_majors(inst) -> list[str]:
 
 
 def gathered_a_kind(inst) -> str:
-    """How a gathering grouped instance loads A: each CTA its own rows, or a 1x2 pair each gathering half
-    of the rows and bulk-copying it into the other's shared memory (a protocol of its own)."""
+    """How a gathering grouped instance loads A: each CTA its own rows with cp.async, or a 1x2 pair each
+    loading half of the rows as one-row TMA boxes multicast to both (a protocol of its own)."""
     if tuple(inst.cluster) == (1, 2):
-        return "gathered pair (cp.async + bulk copy to the peer)"
+        return "gathered pair (one-row TMA boxes, multicast)"
     return "gathered (cp.async)"
 
 

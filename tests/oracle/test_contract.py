@@ -98,8 +98,14 @@ def kernels(ci_build, tmp_path_factory):
 def test_ci_profile_has_every_kernel_parameter_explained(kernels):
     for spec, rec, _ in kernels:
         kinds = [p.kind for p in rec.params]
-        # A grouped instance's D (and a gathered A) is a plain tensor parameter, not a descriptor.
-        plain = ({"d"} if spec.varlen_m else set()) | ({"a"} if spec.gather_a else set())
+        # A grouped instance's D (and a gathered A in a 1x1 cluster, copied with cp.async) is a plain tensor
+        # parameter, not a descriptor; a gathering pair's A is a descriptor of one-row boxes.
+        copied_a = spec.gather_a and tuple(spec.cluster) == (1, 1)
+        plain = ({"d"} if spec.varlen_m else set()) | ({"a"} if copied_a else set())
+        if spec.gather_a and not copied_a:
+            a_map = next(p.tensormap for p in rec.params if p.kind == "tensormap" and p.operand == "a")
+            assert a_map.box == (128 * 8 // spec.a_dtype.bits, 1, 1) and a_map.dims[:2] == ("k", "ma"), a_map
+            assert a_map.swizzle == "128B", a_map
         described = [op for op in spec.launch_operands if op not in plain]
         assert [p.operand for p in rec.params if p.kind == "tensormap"] == described, kinds
         assert {p.operand for p in rec.params if p.kind == "tensor"} == plain

@@ -19,6 +19,7 @@ import pytest
 from fake_kernels import IDS
 
 import runtime
+from codegen.tensormap_decode import decode
 from runtime import manifest, overlap, plan, problem, scheduling
 from runtime.args import ParamPacker
 from runtime.contract import Manifest
@@ -909,9 +910,15 @@ def test_grouped_arguments_on_a_plain_instance_are_refused(ci, fake, kw, message
     assert not fake.launches
 
 
-def _gathering(man, over_k: bool = False) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.gather_a and r.spec.varlen_k == over_k]
-    assert ids, "the ci profile must hold an instance that gathers A (kernel_specs.yaml)"
+def _gathering(man, over_k: bool = False, cluster=(1, 1)) -> str:
+    ids = [
+        i
+        for i, r in sorted(man.instances.items())
+        if r.spec.gather_a and r.spec.varlen_k == over_k and tuple(r.spec.cluster) == cluster
+    ]
+    assert ids, (
+        f"the ci profile must hold an instance that gathers A in a {cluster} cluster (kernel_specs.yaml)"
+    )
     return ids[0]
 
 
@@ -931,6 +938,27 @@ def test_gathered_launch_sends_the_indices_and_a_as_its_own_tensor(ci, fake):
     a = next(p for p in rec.params if p.kind == "tensor" and p.operand == "a")
     sent = fake.launches[-1].values[rec.params.index(a)]
     assert int.from_bytes(sent[:8], "little") == A and struct.unpack_from("<3i", sent, 8) == (a_rows, k, 1)
+
+
+def test_a_gathering_pair_gets_a_descriptor_of_one_row_boxes_over_a_rows(ci, fake):
+    """A pair loads A's rows by TMA (one-row boxes at the gathered coordinates): its A is a descriptor
+    whose extent is the A given (a_rows rows), not the m rows of the groups."""
+    iid = _gathering(ci, cluster=(1, 2))
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    tile_k = rec.spec.tile[2]
+    m, n, k, a_rows = 3000, 1024, 4 * tile_k, 700
+    runtime.launch(
+        iid, (A, B, D), 0, m=m, n=n, k=k, num_groups=8, cu_seqlens_m=S, a_idx=S + 0x100, a_rows=a_rows
+    )
+    values = _values(rec, (A, B, D), m, n, k, groups=8, cu_seqlens_m=S, a_rows=a_rows, a_idx=S + 0x100)
+    want, _ = _expect(ci, iid, values)
+    _assert_sent(fake.launches[-1], rec, want)
+    a = next(p for p in rec.params if p.kind == "tensormap" and p.operand == "a")
+    desc = decode(fake.launches[-1].values[rec.params.index(a)])
+    row_elems = 128 * 8 // rec.spec.a_dtype.bits
+    assert (desc["global_address"], desc["dims"][:2], desc["box"]) == (A, (k, a_rows), (row_elems, 1, 1))
+    assert desc["swizzle"] == "128B"
 
 
 @pytest.mark.parametrize(
