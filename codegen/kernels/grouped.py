@@ -627,9 +627,10 @@ class GroupedWalks:
 
     @cute.jit
     def _start_gathered_stage(self, ab_pipeline, producer_state, tma_atom_b, tBgB_k, tBsB, k_tile, warp_idx):
-        """Gathered A (both forms): claim ring stage `producer_state` for k-tile `k_tile`. The first producer
-        warp waits until the stage is free, arms it with B's bytes and TMA-loads B's k-tile; the other
-        producer threads only wait until it is free (their cp.async copies of A arrive on its barrier)."""
+        """Gathered A (every form): claim ring stage `producer_state` for k-tile `k_tile`. The first producer
+        warp waits until the stage is free, arms it (B's bytes; in a pair, A's too) and TMA-loads B's
+        k-tile; the other producer threads only wait until it is free (their cp.async copies of A, or a
+        pair's row boxes, then arrive on its barrier)."""
         if warp_idx == self.producer_warp:
             ab_pipeline.producer_acquire(producer_state)  # also arms the stage with B's bytes
             cute.copy(
