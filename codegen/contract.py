@@ -341,12 +341,13 @@ def capture_contract(
     grid_rule = {Varlen.m: "grouped_clusters", Varlen.k: "group_batches"}.get(
         spec.varlen, "persistent_clusters"
     )
+    tiles = (*spec.problem_tile, *spec.problem_cluster)  # the caller's view, as the probes' extents
     for launch, p in zip(launches, probes):
-        _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], *spec.problem_tile, cm, cn)
+        _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["l"], *tiles)
         if spec.varlen == Varlen.m:
-            total = scheduling.grouped_cluster_tiles(p["m"], p["n"], p["g"], *spec.problem_tile, cm, cn)
+            total = scheduling.grouped_cluster_tiles(p["m"], p["n"], p["g"], *tiles)
         elif spec.varlen == Varlen.k:
-            _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["g"], *spec.problem_tile, cm, cn)
+            _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["g"], *tiles)
         if "k_splits" in p.values:
             total *= scheduling.effective_splits(p["k_splits"], scheduling.k_tiles(p["k"], spec.tile[2]))
         want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)

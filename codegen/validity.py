@@ -480,13 +480,15 @@ def smem(s: GemmSpec) -> str | None:
 
 @_instance_rule
 def swap_ab(s: GemmSpec) -> str | None:
-    # Swap-AB serves decode-sized M: the problem's M is one kernel tile column, so a cluster could only
-    # multicast the small activation tile (cluster N) or pair each CTA with an idle one (cluster M over
-    # a single M tile); neither saves weight traffic, which is all that matters there.
-    if s.swap_ab and s.cluster != (1, 1):
+    # Swap-AB serves small M (decode sizes, and M = 256-512 with 128-row kernel tiles): the problem's M
+    # spans one or a few kernel tile columns (the kernel's N), so CTAs paired along it (cluster N) would
+    # mostly pair a CTA with an idle one. Pairs along the weight (cluster M, 2x1) share the activation
+    # tile by multicast: they win some M = 256-512 problems (128 x 96 tiles), not decode sizes
+    # (docs/PERF.md, session 15).
+    if s.swap_ab and (s.cluster[1] != 1 or s.cluster[0] > 2):
         return (
-            f"swap_ab with cluster {s.cluster[0]}x{s.cluster[1]}: swap-AB instances run 1x1 clusters "
-            "(multicast would only share the small M side); use cluster [1, 1]"
+            f"swap_ab with cluster {s.cluster[0]}x{s.cluster[1]}: swap-AB instances run 1x1 or 2x1 clusters "
+            "(a pair along the weight shares the small activation tile); use cluster [1, 1] or [2, 1]"
         )
     return None
 

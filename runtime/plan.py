@@ -249,16 +249,16 @@ class LaunchPlan:
         values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups, gathered)
         rec = self.record
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
-            values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
+            values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.spec.problem_cluster
         )
         if self.varlen_k:
             # Grouped K: every group has the whole tile grid, one batch of D each.
             clusters_m, clusters_n, total = scheduling.cluster_tiles(
-                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.cluster[:2]
+                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.spec.problem_cluster
             )
             values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
         elif self.grouped:
-            rows = rec.spec.problem_tile[0] * rec.cluster[0]
+            rows = rec.spec.problem_tile[0] * rec.spec.problem_cluster[0]
             if values["m"] + groups * (rows - 1) > problem.INT32_MAX:
                 # The kernel bounds the walk by (m + G * (rows per cluster tile - 1)) in int32.
                 raise InvalidArgumentError(
@@ -270,7 +270,7 @@ class LaunchPlan:
             # The walk inside each group: raster as for one group of the average size.
             clusters_m = scheduling.ceil_div(clusters_m, groups)
             total = scheduling.grouped_cluster_tiles(
-                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.cluster[:2]
+                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.spec.problem_cluster
             )
             values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
         # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (its

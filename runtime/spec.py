@@ -389,6 +389,13 @@ class GemmSpec:
         return (n, m) if self.swap_ab else (m, n)
 
     @property
+    def problem_cluster(self) -> tuple[int, int]:
+        """(CTAs along D's rows, CTAs along D's columns) in one cluster: the cluster, swapped under swap_ab
+        as `problem_tile` is (a swap-AB instance's cluster 2x1 pairs CTAs along the caller's N)."""
+        cm, cn = self.cluster
+        return (cn, cm) if self.swap_ab else (cm, cn)
+
+    @property
     def launch_operands(self) -> tuple[str, ...]:
         """The operands in the order the kernel takes them (its A, B, D[, C] slots): `operands`, with A
         and B traded under swap_ab."""

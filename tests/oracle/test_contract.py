@@ -202,16 +202,16 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                         f"{where}: parameter {index} ({p.kind}) {mine.hex()} != {theirs.hex()}"
                     )
             _, _, total = scheduling.cluster_tiles(
-                values["m"], values["n"], values["l"], *spec.problem_tile, *rec.cluster[:2]
+                values["m"], values["n"], values["l"], *spec.problem_tile, *spec.problem_cluster
             )
             total *= values.get("k_splits", 1)
             if spec.varlen_m:
                 total = scheduling.grouped_cluster_tiles(
-                    values["m"], values["n"], values["g"], *spec.problem_tile, *rec.cluster[:2]
+                    values["m"], values["n"], values["g"], *spec.problem_tile, *spec.problem_cluster
                 )
             if spec.varlen_k:
                 total = scheduling.cluster_tiles(
-                    values["m"], values["n"], values["g"], *spec.problem_tile, *rec.cluster[:2]
+                    values["m"], values["n"], values["g"], *spec.problem_tile, *spec.problem_cluster
                 )[2]
             grid = scheduling.persistent_grid(total, pr["max_active_clusters"], *rec.cluster[:2])
             assert want.grid == grid, where

@@ -59,16 +59,16 @@ def _expect(man, iid, values, clusters=66):
     buf = ParamPacker(rec).pack(values)
     want = [bytes(buf[p.offset : p.offset + p.size]) for p in rec.params]
     _, _, total = scheduling.cluster_tiles(
-        values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.cluster[:2]
+        values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.spec.problem_cluster
     )
     total *= values.get("k_splits", 1)  # split-K: one work unit per split of each tile
     if rec.spec.varlen_m:  # grouped: a bound from the total rows and the group count
         total = scheduling.grouped_cluster_tiles(
-            values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.cluster[:2]
+            values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.spec.problem_cluster
         )
     if rec.spec.varlen_k:  # grouped K: the tile grid once per group
         total = scheduling.cluster_tiles(
-            values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.cluster[:2]
+            values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.spec.problem_cluster
         )[2]
     return want, scheduling.persistent_grid(total, clusters, *rec.cluster[:2])
 
@@ -98,7 +98,7 @@ def _values(
     ops = problem.layouts(rec.spec)
     values = problem.resolve(rec.id, ops, m, n, k, batch, lds[: len(ops)], bss[: len(ops)], groups, a_rows)
     values["a_idx"] = a_idx
-    cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.problem_tile, *rec.cluster[:2])
+    cm, cn, _ = scheduling.cluster_tiles(m, n, batch, *rec.spec.problem_tile, *rec.spec.problem_cluster)
     if groups is not None and rec.spec.varlen_k:  # grouped K: the whole tile grid in every group
         values["cu_seqlens_k"] = cu_seqlens_m
     elif groups is not None:

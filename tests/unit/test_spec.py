@@ -315,7 +315,7 @@ FAILING = {
     "cluster_size": ({"cluster": [4, 2]}, "limit of 4"),
     # 98304 B per A/B stage next to 32768 B of fp32 D and 32768 B of fp32 C: one stage
     "smem": ({"tile": [256, 128, 128], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, "need 2"),
-    "swap_ab": ({"tile": [64, 8], "swap_ab": True}, "swap-AB instances run 1x1 clusters"),
+    "swap_ab": ({"tile": [64, 8], "cluster": [1, 2], "swap_ab": True}, "run 1x1 or 2x1 clusters"),
     "k_split": ({"k_split": "split"}, "split-K instances run 1x1 clusters"),
     "varlen": ({"varlen": "m", "d_major": "m"}, "grouped instances take row-major A and D"),
     "gather_a": ({"gather_a": True}, "gathered A belongs to grouped instances"),
@@ -643,6 +643,9 @@ def test_swap_ab_kernel_spec_is_the_transposed_problem(majors, kernel_majors):
     assert s.launch_operands == ("b", "a", "d", "c") and s.operands == ("a", "b", "d", "c")
     assert s.kernel_extents("d") == ("n", "m") and s.kernel_extents("a") == ("m", "k")
     assert s.problem_tile == (8, 64) and spec().problem_tile == (128, 256)
+    assert s.problem_cluster == (1, 1) and spec().problem_cluster == (2, 1)
+    # A swap-AB pair along the weight (kernel cluster 2x1) pairs CTAs along the caller's N.
+    assert spec(**{**SWAP, "cluster": [2, 1]}).problem_cluster == (1, 2)
     plain = spec()
     assert plain.kernel_spec() is plain  # no swap: the instance is its own kernel spec
 
