@@ -23,8 +23,9 @@ SPEC_FILE = REPO / "kernel_specs.yaml"
 # + ping-pong 128x192 (6) + tile N between the powers of two (35, tile_n_fit, 2026-12-01 session 8)
 # + grouped tiles with multicast or 192 x 128 ping-pong (5, grouped_multicast, session 11)
 # + gathering pairs (5, grouped_gather_pair, session 12)
-DEFAULT_BUDGET = 434
-CI_BUDGET = 23
+# + swap-AB 128-row tiles for M = 256-512 (12, swap_mid16, session 15)
+DEFAULT_BUDGET = 446
+CI_BUDGET = 24
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
 SMALL = {
@@ -146,6 +147,9 @@ def test_committed_ci_profile_covers_each_feature_within_budget(committed):
     fp8 = [s for s in specs if s.a_dtype.is_float8]
     assert {s.fp8_fast_accum for s in fp8} == {False, True}
     assert any(s.has_c for s in specs) and any(not s.has_c for s in specs)
+    # A swap-AB pair: its cluster counts along the caller's N (GemmSpec.problem_cluster), which the oracle
+    # holds byte for byte against the DSL's host code.
+    assert any(s.swap_ab and s.cluster == (2, 1) for s in specs)
 
 
 def test_committed_full_profile_is_everything_the_kernel_builds_at_scale(committed):
