@@ -273,8 +273,9 @@ class LaunchPlan:
                 values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.spec.problem_cluster
             )
             values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
-        # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (its
-        # clusters are 1x1), so its walk flag is the problem's, flipped.
+        # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (the cluster
+        # tiles above are counted in the problem's view, `problem_tile` and `problem_cluster`), so its walk
+        # flag is the problem's, flipped.
         swap = rec.spec.swap_ab
         along_m, group = scheduling.default_raster(
             *((clusters_n, clusters_m) if swap else (clusters_m, clusters_n))
