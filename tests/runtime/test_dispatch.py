@@ -398,3 +398,13 @@ def test_table_transfer_scales_a_weight_streaming_tile_by_its_bytes(catalog_rt):
     for dtype in ("bf16", "fp16"):
         choice = select(6, 10880, 3712, a_dtype=dtype, gpu="H200")
         assert GemmSpec.parse(choice.instance_id).swap_ab, choice
+
+
+def test_m_just_above_256_takes_a_swap_ab_128_row_tile(catalog_rt):
+    """266 x 10880 x 2560 (a held-out shape, off the grid): a 128-row tile computes 384 rows there, three
+    96-column swap-AB tiles 288. Measured on the H200 (docs/PERF.md, session 15): the swap-AB 128 x 96 pair
+    ran 0.88x cuBLAS where the 128 x 256 tile that select() took before ran 0.66x; the table's re-timed
+    rows must keep carrying that to the problem."""
+    for dtype in ("bf16", "fp16"):
+        spec = GemmSpec.parse(select(266, 10880, 2560, a_dtype=dtype, gpu="H200").instance_id)
+        assert spec.swap_ab and spec.tile[:2] == (128, 96), spec.name()
