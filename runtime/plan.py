@@ -248,14 +248,13 @@ class LaunchPlan:
         )
         values = problem.resolve(iid, self.ops, m, n, k, batch, lds, bss, groups, gathered)
         rec = self.record
+        tiles = (*rec.spec.problem_tile, *rec.spec.problem_cluster)  # in the caller's view, as m and n
         clusters_m, clusters_n, total = scheduling.cluster_tiles(
-            values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.spec.problem_cluster
+            values["m"], values["n"], values["l"], *tiles
         )
         if self.varlen_k:
             # Grouped K: every group has the whole tile grid, one batch of D each.
-            clusters_m, clusters_n, total = scheduling.cluster_tiles(
-                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.spec.problem_cluster
-            )
+            clusters_m, clusters_n, total = scheduling.cluster_tiles(values["m"], values["n"], groups, *tiles)
             values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
         elif self.grouped:
             rows = rec.spec.problem_tile[0] * rec.spec.problem_cluster[0]
@@ -269,9 +268,7 @@ class LaunchPlan:
                 )
             # The walk inside each group: raster as for one group of the average size.
             clusters_m = scheduling.ceil_div(clusters_m, groups)
-            total = scheduling.grouped_cluster_tiles(
-                values["m"], values["n"], groups, *rec.spec.problem_tile, *rec.spec.problem_cluster
-            )
+            total = scheduling.grouped_cluster_tiles(values["m"], values["n"], groups, *tiles)
             values["cu_seqlens_m"] = values["cu_seqlens_k"] = values["a_idx"] = 0  # patched per launch
         # The kernel walks its own tile grid: a swap-AB kernel's M runs along the problem's N (the cluster
         # tiles above are counted in the problem's view, `problem_tile` and `problem_cluster`), so its walk
