@@ -19,7 +19,9 @@ class, so only differences between instances matter; absolute numbers are rough.
   reads back with the others';
 - a floor: every byte of A, B and D crosses HBM once (an operand re-read in part when the other's short
   side spans a few tiles, `REREAD_SHARE`), at the rate the active SMs can pull together
-  (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach).
+  (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach);
+- a second floor: the bytes all tiles load from L2 together, at `L2_BYTES_PER_S` (operands re-read by
+  many tiles).
 The edges are in the tile count: a 192-row tile at M = 200 computes 384 rows.
 
 Constants are H200 facts (docs/PERF.md): ~700 TFLOP/s sustained 16-bit dense, ~1250 fp8, 4.8 TB/s HBM,
@@ -46,6 +48,15 @@ LAUNCH_S = 3.0e-6  # same for every instance; kept so estimates read as times
 # swap-AB decode rows, docs/DISPATCH.md).
 REREAD_SHARE = 0.3
 REREAD_TILES = 4
+# A second floor: every tile loads its A and B k-slices from L2 (multicast counted once per cluster), and
+# all of those bytes together cross L2 no faster than this. It binds where operands are re-read by many
+# tiles (M >= 256, long K, small tiles), not at decode, where each weight byte is loaded about once. Fitted,
+# not measured: the H200 table's leave-one-row-out geomean over the seven tuned classes peaks at 6-7 TB/s
+# (0.967 -> 0.977; leave-one-column-out 0.960 -> 0.961; `python -m build_tools.dispatch_loo`, docs/PERF.md
+# session 16), below the ~9 TB/s that bf16 64 x 64 tiles moved at 219 x 1792 x 11392, so read it as the
+# scale at which re-reads start to cost, not as a bandwidth. There they took 1.8x their time at 192 x 2048 x
+# 8192 where the k-loop alone predicts 1.4x, and select() took them over split-K 128 x 128, 1.37x faster.
+L2_BYTES_PER_S = 7e12
 
 # Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
 # loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
@@ -114,7 +125,8 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     b_passes = 1 + REREAD_SHARE * (tiles_m_raw - 1) if tiles_m_raw <= REREAD_TILES else 1
     streamed = m * k * a_bytes * a_passes + n * k * b_bytes * b_passes + m * n * d_bytes
     floor = streamed * batch / hbm_reach(active)
-    return LAUNCH_S + max(waves * per_tile, floor)
+    l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
+    return LAUNCH_S + max(waves * per_tile, floor, l2_floor)
 
 
 def hbm_reach(active_sms: int) -> float:

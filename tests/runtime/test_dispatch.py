@@ -400,6 +400,16 @@ def test_table_transfer_scales_a_weight_streaming_tile_by_its_bytes(catalog_rt):
         assert GemmSpec.parse(choice.instance_id).swap_ab, choice
 
 
+def test_re_read_operands_cost_l2_time(catalog_rt):
+    """219 x 1792 x 11392 (bf16, a held-out shape, off the grid): four 64-row tiles re-read a 41 MB weight
+    over a long K. Measured on the H200 (docs/PERF.md, session 16): split-K 128 x 128 25.7 µs, the 64 x 64
+    1x2 tile that select() took before the model's L2 floor 35.2 µs (the table's estimates for the two lay
+    within 0.4%); with the floor, scaling the 64 x 64 tile's grid times to this problem charges its L2
+    traffic."""
+    spec = GemmSpec.parse(select(219, 1792, 11392, a_dtype="bf16", gpu="H200").instance_id)
+    assert spec.k_split.value == "split" and spec.tile[:2] == (128, 128), spec.name()
+
+
 def test_m_just_above_256_takes_a_swap_ab_128_row_tile(catalog_rt):
     """266 x 10880 x 2560 (a held-out shape, off the grid): a 128-row tile computes 384 rows there, three
     96-column swap-AB tiles 288. Measured on the H200 (docs/PERF.md, session 15): the swap-AB 128 x 96 pair
