@@ -1,6 +1,6 @@
-"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows]`: how well dispatch's
-lookup predicts the fastest instance on (N, K) columns (or M rows) it has not seen, judged on a measured
-tuning table. No GPU.
+"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows] [--set NAME=VALUE]`:
+how well dispatch's lookup predicts the fastest instance on (N, K) columns (or M rows) it has not seen,
+judged on a measured tuning table. No GPU.
 
 Leave-one-column-out: for each problem class and each (N, K) column of the table, the column is removed
 and every one of its grid points is looked up in the rest (runtime/tuning.py `TuningTable.lookup`: nearest
@@ -12,18 +12,22 @@ turn (all columns' points at that M) and its points are looked up between the ne
 judge of the log-M bracketing and of the model's scaling in M (e.g. a swap-AB tile whose M spills into
 a second tile between two grid rows). This is the
 offline judge for changes to the lookup or the cost model (docs/DISPATCH.md); the GPU judge remains
-`python -m build_tools.tune evaluate` on held-out shapes.
+`python -m build_tools.tune evaluate` on held-out shapes. `--set NAME=VALUE` scores with one of
+runtime/model.py's constants changed (how its fitted constants were chosen, e.g. `--rows --set
+L2_BYTES_PER_S=9e12`); the last line is the geomean of the class geomeans, the figure such a fit compares.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime import model
 from runtime.tuning import TuningTable, is_grouped_key, shipped_path
 
 
@@ -111,6 +115,34 @@ def report(
     return out
 
 
+def model_override(text: str) -> tuple[str, float]:
+    """`NAME=VALUE` for --set: NAME must be a numeric constant of runtime/model.py (upper case)."""
+    name, sep, value = text.partition("=")
+    current = getattr(model, name, None) if name.isupper() else None
+    if not sep or isinstance(current, bool) or not isinstance(current, int | float):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected NAME=VALUE with NAME a numeric constant of runtime/model.py "
+            "(e.g. L2_BYTES_PER_S=9e12)"
+        )
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+
+
+@contextlib.contextmanager
+def model_constants(overrides: list[tuple[str, float]]):
+    """runtime/model.py's constants set to `overrides` inside the block, restored after it."""
+    saved = {name: getattr(model, name) for name, _ in overrides}
+    try:
+        for name, value in overrides:
+            setattr(model, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(model, name, value)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m build_tools.dispatch_loo", description=__doc__.split("\n\n")[0]
@@ -121,8 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cls", action="append", help="only this class key (repeatable)")
     ap.add_argument("--worst", type=int, default=3, help="worst points listed per class")
     ap.add_argument("--rows", action="store_true", help="leave one M row out instead of one (N, K) column")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        type=model_override,
+        default=[],
+        metavar="NAME=VALUE",
+        help="score with a runtime/model.py constant changed (repeatable), e.g. L2_BYTES_PER_S=9e12: how "
+        "the model's fitted constants were chosen",
+    )
     args = ap.parse_args(argv)
-    report(json.loads(args.table.read_text()), args.cls, args.worst, args.rows)
+    with model_constants(args.overrides):
+        scores = report(json.loads(args.table.read_text()), args.cls, args.worst, args.rows)
+    if scores:
+        print(f"all {len(scores)} classes: geomean of the class geomeans {geomean(scores.values()):.4f}")
     return 0
 
 

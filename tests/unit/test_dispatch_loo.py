@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from build_tools import dispatch_loo
+from runtime import model
 from runtime.tuning import PDL_SUFFIX, is_grouped_key, shipped_path
 
 FLOOR = 0.955  # geomean per class on the shipped H200 table (2026-12-01: 0.961-0.980; 0.945 for bf16
@@ -83,3 +86,25 @@ def test_rows_mode_scores_inner_points_with_their_m_row_left_out():
     scores = dispatch_loo.row_scores(doc, "TEST/132", "c")
     assert {(s.m, s.n) for s in scores} == {(2048, 4096), (2048, 8192)}
     assert all(s.picked == slow and s.fastest == fast and s.score == 0.5 for s in scores)
+
+
+def test_set_scores_with_a_model_constant_changed_and_restores_it(capsys):
+    """`--set L2_BYTES_PER_S=1e30` takes the model's L2 floor away: bf16's leave-one-row-out geomean drops
+    (0.977 -> 0.963 on the session-16 table), and the constant is back afterwards."""
+    before = model.L2_BYTES_PER_S
+    args = ["--rows", "--worst", "0", "--cls", "bf16_bf16_bf16_kkn"]
+    assert dispatch_loo.main(args) == 0
+    with_floor = capsys.readouterr().out
+    assert dispatch_loo.main([*args, "--set", "L2_BYTES_PER_S=1e30"]) == 0
+    without = capsys.readouterr().out
+    restored = model.L2_BYTES_PER_S
+    assert restored == before
+    last = [float(out.strip().rsplit(" ", 1)[1]) for out in (with_floor, without)]
+    assert last[1] < last[0], (with_floor, without)
+
+
+@pytest.mark.parametrize("bad", ["NOPE=1", "L2_BYTES_PER_S=fast", "L2_BYTES_PER_S", "hbm_reach=1"])
+def test_set_refuses_what_is_not_a_numeric_model_constant(bad, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        dispatch_loo.main(["--set", bad])
+    assert exit_info.value.code == 2 and "--set" in capsys.readouterr().err
