@@ -9,8 +9,9 @@ first (the H200 throttles to its 700 W cap within seconds), every candidate scre
 rounds, then the `--top` fastest per class re-timed with cuBLAS in interleaved full rounds (CUDA events;
 graph replays for small problems; inputs rotated to defeat L2 for small problems), medians kept. Each
 point's finalists and their times are written to the table as soon as the point is done, so an
-interrupted run resumes where it stopped (`--resume`, the default when --out exists). A progress line per
-point says how far it is and how long is left.
+interrupted run resumes where it stopped (the default when --out exists: a run times only the points the
+table lacks, or holds without a time for an instance the wheel ships, `work_list`; `--retime` times them
+all again). A progress line per point says how far it is and how long is left.
 
 The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
@@ -209,13 +210,27 @@ def tuned_classes(args, combo: bench.Combo) -> list[tuple[str, str]]:
     return [(ck, series) for ck, series in TUNED[combo] if not args.classes or ck in args.classes]
 
 
-def work_list(args, classes: dict) -> list[tuple[bench.Combo, bench.Shape]]:
+def untimed(point: dict, shipped: set[str]) -> set[str]:
+    """The instances of ``shipped`` (ids of one class) that a table point of that class holds no time for:
+    instances added since the point was timed. The lookup counts such an instance as slower than every
+    finalist there (runtime/tuning.py `estimate`), so it is never picked near the point."""
+    return shipped - {t[0] for t in point["times"]}
+
+
+def work_list(args, classes: dict, shipped: dict | None = None) -> list[tuple[bench.Combo, bench.Shape]]:
     """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band (with
     --pdl at most PDL_M_MAX), and unless --retime only points that some chosen class lacks in ``classes``
-    (the table's, by table key: `row_key`)."""
+    (the table's, by table key: `row_key`) or holds without a time for one of its instances in
+    ``shipped`` (class key -> instance ids: what the installed wheel ships), so that after instances are
+    added a plain run times exactly the points that lack them, and an interrupted run resumes."""
     done = set()
     if not args.retime:
-        done = {(ck, p["m"], p["n"], p["k"]) for ck, pts in classes.items() for p in pts}
+        done = {
+            (ck, p["m"], p["n"], p["k"])
+            for ck, pts in classes.items()
+            for p in pts
+            if not (shipped and untimed(p, shipped.get(ck.removesuffix(PDL_SUFFIX), set())))
+        }
     m_max = min(args.m_max or PDL_M_MAX, PDL_M_MAX) if args.pdl else args.m_max
     work = [
         (combo, shape)
@@ -257,7 +272,10 @@ def tune(args) -> int:
     )  # fmt: skip
     classes = entry["classes"]
     instances = hg.instances()
-    work = work_list(args, classes)
+    shipped: dict[str, set[str]] = {}
+    for inst in instances:
+        shipped.setdefault(class_key(inst), set()).add(inst.id)
+    work = work_list(args, classes, shipped)
     held = 0 if args.retime else sum(len(points) for points in classes.values())
     print(f"tune: {key}, {len(work)} points to time ({held} class points already in {args.out})")
     progress = Progress(len(work), "grid points")
