@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from build_tools import tune
+from codegen.matrix import load_matrix
+from runtime.dispatch import ProblemClass
+from runtime.spec import GemmSpec
+from runtime.tuning import PDL_SUFFIX, is_grouped_key, shipped_path
+
+REPO = Path(__file__).resolve().parents[2]
 
 PROMOTED, FAST = "e4m3_e4m3_bf16_kkn", "e4m3_e4m3_bf16_kkn_fastacc"
 
@@ -64,3 +73,48 @@ def test_a_tuning_run_keeps_the_record_of_the_grouped_points():
     grouped = {"date": "2026-12-01", "command": "python -m build_tools.bench_moe (suite.json)"}
     assert tune.measured_entry({"date": "old", "grouped": grouped}, run) == {**run, "grouped": grouped}
     assert tune.measured_entry({"date": "old"}, run) == run
+
+
+def test_a_point_without_a_time_for_a_shipped_instance_is_timed_again():
+    """Instances added after a point was timed have no time there, and the lookup never picks them near it
+    (runtime/tuning.py `estimate`): a plain run times such points again, and only those (session 17: the
+    swap-AB 128-row tiles had times at M = 96-1024 alone)."""
+    shape = tune.grid()[0]
+    point = {"m": shape.m, "n": shape.n, "k": shape.k, "times": [["old", None, None, 1.0]]}
+    held = {PROMOTED: [point], FAST: [dict(point)]}
+    args = tune.parse_args(["--dtype", "e4m3"])
+    shapes = lambda shipped: [s for _, s in tune.work_list(args, held, shipped)]  # noqa: E731
+    assert shape not in shapes(None)  # without the wheel's instances: held is done
+    assert shape not in shapes({PROMOTED: {"old"}, FAST: {"old"}})
+    assert shape in shapes({PROMOTED: {"old"}, FAST: {"old", "new"}})
+    assert tune.untimed(point, {"old", "new"}) == {"new"}
+    # PDL rows are held to their class's instances too.
+    pdl = tune.parse_args(["--dtype", "e4m3", "--pdl"])
+    held_pdl = {PROMOTED + "@pdl": [point], FAST + "@pdl": [dict(point)]}
+    assert shape in [s for _, s in tune.work_list(pdl, held_pdl, {PROMOTED: {"old", "new"}, FAST: {"old"}})]
+    assert shape not in [s for _, s in tune.work_list(pdl, held_pdl, {PROMOTED: {"old"}, FAST: {"old"}})]
+
+
+# Rows below this M (and the PDL rows, M <= 128) may lack instances added for larger M: the swap-AB 128-row
+# tiles of sessions 15-16, timed at the M = 32 and 64 rows in session 16, were the fastest at 1 of 120 class
+# points there (docs/PERF.md), so those rows were not re-timed. `python -m build_tools.tune` times them.
+FULLY_TIMED_FROM_M = 96
+
+
+def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_from_m_96():
+    """What an instance added to the matrix needs before it can be picked: times in the table's rows (a
+    point without one counts it as slower than every finalist). `python -m build_tools.tune --m-min 96`
+    on a GPU times exactly the points that lack one."""
+    shipped: dict[str, set[str]] = {}
+    for name in load_matrix(REPO / "kernel_specs.yaml").expand("default").names():
+        shipped.setdefault(ProblemClass.of(GemmSpec.parse(name)).key, set()).add(name)
+    table = json.loads(Path(shipped_path()).read_text())
+    lacking = [
+        (gpu, key, p["m"], p["n"], p["k"], sorted(tune.untimed(p, shipped[key]))[:2])
+        for gpu, entry in table["gpus"].items()
+        for key, points in entry["classes"].items()
+        if not key.endswith(PDL_SUFFIX) and not is_grouped_key(key)
+        for p in points
+        if p["m"] >= FULLY_TIMED_FROM_M and tune.untimed(p, shipped[key])
+    ]
+    assert not lacking, f"{len(lacking)} table points lack shipped instances, e.g. {lacking[:3]}"
