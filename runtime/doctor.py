@@ -290,6 +290,7 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
 
     try:
         table = tuning.shipped_table()
+        summary = table.summary() if table is not None else {}  # parses (validates) every point
     except HgemmError as e:
         report.error("tuning", e)
         return
@@ -301,7 +302,6 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
             fix="install a wheel built from the repository (it ships runtime/tuning.json)",
         )
         return
-    summary = table.summary()
     covered = [
         f"{g}: {_n(len(classes), 'class', 'classes')}, {_n(sum(classes.values()), 'grid point')}"
         for g, classes in sorted(summary.items())

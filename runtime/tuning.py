@@ -146,42 +146,81 @@ class Pick:
 
 
 class TuningTable:
-    """A validated tuning table: per GPU key and class key, the grid points grouped into (N, K) columns."""
+    """A validated tuning table: per GPU key and class key, the grid points grouped into (N, K) columns.
+
+    A table read by `load` (what `select()` uses) parses a class's points on its first lookup: a process
+    pays for the classes it asks about, not for the whole table (9 MB of JSON, 1,900 points: the points
+    were ~75% of the first `select()`'s time on the 2-core CPU box, 2026-12-02). A malformed point then
+    raises `CorruptArtifactError` at the first lookup of its class; `gpus`, `summary()` and
+    `instance_ids()` parse everything."""
 
     def __init__(self, gpus: dict[str, dict[str, list[Point]]], meta: dict | None = None, path: str = ""):
-        self.gpus = gpus
         self.meta = meta or {}
         self.path = path
-        # (gpu key, class key) -> {(n, k): points sorted by m}
+        # (gpu key, class key) -> its points, parsed, or (unparsed) their JSON list; parsed on first use
+        self._points: dict[tuple[str, str], list[Point]] = {}
+        self._raw: dict[tuple[str, str], list] = {}
+        self._order: dict[str, list[str]] = {}  # gpu key -> its class keys, in the document's order
+        self._candidates: dict = {}  # shared by all points (`Point.from_json`)
+        # (gpu key, class key) -> {(n, k): points sorted by m}, built on first use
         self._columns: dict[tuple[str, str], dict[tuple[int, int], list[Point]]] = {}
         for gkey, classes in gpus.items():
+            self._order[gkey] = list(classes)
             for ckey, points in classes.items():
-                cols: dict[tuple[int, int], list[Point]] = {}
-                for p in points:
-                    cols.setdefault((p.n, p.k), []).append(p)
-                for col in cols.values():
-                    col.sort(key=lambda p: p.m)
-                self._columns[gkey, ckey] = cols
+                self._points[gkey, ckey] = list(points)
 
     # --- (de)serialization -----------------------------------------------------------------------------
 
     @classmethod
-    def from_json(cls, doc, path: str = "") -> TuningTable:
+    def from_json(cls, doc, path: str = "", lazy: bool = False) -> TuningTable:
+        """The table of a parsed JSON document. With ``lazy``, each class's points are validated when first
+        used (see the class docstring); otherwise all of them now."""
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
             raise CorruptArtifactError(f"not a version-{VERSION} {FORMAT} document", path)
-        gpus: dict[str, dict[str, list[Point]]] = {}
-        meta = {"grid": doc.get("grid", {}), "measured": {}}
-        candidates: dict = {}
+        table = cls({}, {"grid": doc.get("grid", {}), "measured": {}}, path)
         for gkey, entry in (doc.get("gpus") or {}).items():
             classes = entry.get("classes") if isinstance(entry, dict) else None
             if not isinstance(classes, dict):
                 raise CorruptArtifactError(f"tuning table GPU {gkey!r} has no classes", path)
-            meta["measured"][gkey] = entry.get("measured", {})
-            gpus[gkey] = {
-                ckey: [Point.from_json(p, f"{gkey} {ckey}[{i}]", candidates) for i, p in enumerate(points)]
-                for ckey, points in classes.items()
-            }
-        return cls(gpus, meta, path)
+            table.meta["measured"][gkey] = entry.get("measured", {})
+            table._order[gkey] = list(classes)
+            for ckey, points in classes.items():
+                if not isinstance(points, list):
+                    raise CorruptArtifactError(f"tuning table class {gkey} {ckey} is not a list", path)
+                table._raw[gkey, ckey] = points
+                if not lazy:
+                    table._class_points(gkey, ckey)
+        return table
+
+    def _class_points(self, gkey: str, ckey: str) -> list[Point] | None:
+        """The points of one GPU and class (parsed now if they were not), or None if the table has none."""
+        points = self._points.get((gkey, ckey))
+        if points is None and (gkey, ckey) in self._raw:
+            raw = self._raw[gkey, ckey]  # kept until it parses: a malformed class refuses every lookup
+            points = [Point.from_json(p, f"{gkey} {ckey}[{i}]", self._candidates) for i, p in enumerate(raw)]
+            self._points[gkey, ckey] = points
+            del self._raw[gkey, ckey]
+        return points
+
+    def _columns_of(self, gkey: str, ckey: str) -> dict[tuple[int, int], list[Point]] | None:
+        """{(n, k): points sorted by m} of one GPU and class, or None if the table has no such points."""
+        cols = self._columns.get((gkey, ckey))
+        if cols is None:
+            points = self._class_points(gkey, ckey)
+            if points is None:
+                return None
+            cols = {}
+            for p in points:
+                cols.setdefault((p.n, p.k), []).append(p)
+            for col in cols.values():
+                col.sort(key=lambda p: p.m)
+            self._columns[gkey, ckey] = cols
+        return cols
+
+    @property
+    def gpus(self) -> dict[str, dict[str, list[Point]]]:
+        """GPU key -> class key -> points: every point, parsed (and so validated) now if it was not."""
+        return {g: {c: self._class_points(g, c) for c in classes} for g, classes in self._order.items()}
 
     def to_json(self) -> dict:
         return {
@@ -216,7 +255,7 @@ class TuningTable:
         """Whether the table has rows for this GPU and class up to M = ``mq`` (M times batch) in some
         column: what decides whether `select(pdl=True)` reads a class's PDL rows, which stop at decode
         sizes, instead of carrying their last M to a larger problem."""
-        cols = self._columns.get((gpu.key, class_key))
+        cols = self._columns_of(gpu.key, class_key)
         return bool(cols) and any(col[-1].m >= mq for col in cols.values())
 
     def lookup_grouped(self, gpu: GpuId, class_key: str, rows: int, n: int, k: int, allowed) -> Pick | None:
@@ -224,7 +263,7 @@ class TuningTable:
         layer whose groups are ``n`` x ``k`` (see the module docstring), or None without points for this GPU
         and class. ``Pick.us`` is the pick's weighted mean time over the fastest at the points (a ratio
         >= 1, not a time)."""
-        cols = self._columns.get((gpu.key, class_key))
+        cols = self._columns_of(gpu.key, class_key)
         if not cols:
             return None
         own = cols.get((n, k), [])
@@ -259,7 +298,7 @@ class TuningTable:
     def lookup(self, gpu: GpuId, class_key: str, m: int, n: int, k: int, batch: int, allowed) -> Pick | None:
         """The table's pick for the problem among instance ids in ``allowed``, or None if the table has no
         entry for this GPU and class (or none of its candidates is allowed)."""
-        cols = self._columns.get((gpu.key, class_key))
+        cols = self._columns_of(gpu.key, class_key)
         if not cols:
             return None
         ln, lk, mq = math.log(n), math.log(k), m * batch
@@ -332,7 +371,8 @@ def _spec(instance_id: str) -> GemmSpec:
 
 
 def load(path: str) -> TuningTable:
-    """Read and validate the table at ``path``; ``CorruptArtifactError`` if it is unreadable or malformed."""
+    """Read the table at ``path``; ``CorruptArtifactError`` if it is unreadable or malformed (a class's
+    points are validated on the first lookup of the class, `TuningTable`)."""
     import json
 
     try:
@@ -340,7 +380,7 @@ def load(path: str) -> TuningTable:
             doc = json.loads(f.read())
     except (OSError, ValueError) as e:
         raise CorruptArtifactError(f"tuning table cannot be read: {e}", path) from None
-    return TuningTable.from_json(doc, path)
+    return TuningTable.from_json(doc, path, lazy=True)
 
 
 def shipped_path() -> str:

@@ -93,6 +93,29 @@ def test_table_refuses_malformed_documents(tmp_path):
         tuning.load(str(path))
 
 
+def test_a_loaded_table_parses_a_class_on_its_first_lookup(tmp_path):
+    """`load` (what select() reads) parses each class's points when first used: a malformed point of one
+    class is refused at that class's first lookup, typed, and the other classes still answer."""
+    good = {"m": 64, "n": 1024, "k": 1024, "times": [[A, None, None, 5.0], [B, None, None, 6.0]]}
+    doc = {
+        "format": "hgemm-sm90-tuning",
+        "version": 1,
+        "gpus": {H200.key: {"classes": {"bf16_bf16_bf16_kkn": [good], "fp16_fp16_fp16_kkn": [{"m": 0}]}}},
+    }
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    table = tuning.load(str(path))  # the malformed class is not parsed yet
+    assert table.covers(H200, "bf16_bf16_bf16_kkn", 64)
+    pick = table.lookup(H200, "bf16_bf16_bf16_kkn", 64, 1024, 1024, 1, {A, B})
+    assert pick is not None and pick.instance_id == A
+    with pytest.raises(CorruptArtifactError, match="malformed"):
+        table.lookup(H200, "fp16_fp16_fp16_kkn", 64, 1024, 1024, 1, {A, B})
+    with pytest.raises(CorruptArtifactError, match="malformed"):
+        table.summary()  # parses every class (doctor reports it)
+    with pytest.raises(CorruptArtifactError, match="not a list"):
+        tuning.TuningTable.from_json({**doc, "gpus": {H200.key: {"classes": {"c": {"m": 1}}}}}, lazy=True)
+
+
 # --- lookup ---------------------------------------------------------------------------------------------
 
 A, B = (
