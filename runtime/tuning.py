@@ -149,7 +149,7 @@ class TuningTable:
     """A validated tuning table: per GPU key and class key, the grid points grouped into (N, K) columns.
 
     A table read by `load` (what `select()` uses) parses a class's points on its first lookup: a process
-    pays for the classes it asks about, not for the whole table (9 MB of JSON, 1,900 points: the points
+    pays for the classes it asks about, not for the whole table (9 MB of JSON, 1,659 points: the points
     were ~75% of the first `select()`'s time on the 2-core CPU box, 2026-12-02). A malformed point then
     raises `CorruptArtifactError` at the first lookup of its class; `gpus`, `summary()` and
     `instance_ids()` parse everything."""
