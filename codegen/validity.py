@@ -497,15 +497,17 @@ def swap_ab(s: GemmSpec) -> str | None:
 def k_split(s: GemmSpec) -> str | None:
     # Split-K serves problems with too few output tiles. The kernel's reduction (the last unit of a tile
     # to arrive adds the partials, gemm_sm90._reduce_splits) is written for one tile per CTA with all
-    # consumer warpgroups on it, one CTA per cluster, and the plain D = alpha * acc epilogue.
+    # consumer warpgroups on it and the plain D = alpha * acc epilogue. In a cluster every CTA runs the
+    # same k-range of its own tile and reduces that tile (multicast keeps the operand traffic of a
+    # cluster tile: a 1x1 tile split over many SMs is limited by L2, docs/PERF.md session 17).
     if s.k_split != KSplit.split:
         return None
     if s.schedule != Schedule.cooperative:
         return "k_split split with the ping-pong schedule: split-K runs cooperative tiles; use cooperative"
-    if s.cluster != (1, 1):
+    if s.swap_ab and s.cluster != (1, 1):
         return (
-            f"k_split split with cluster {s.cluster[0]}x{s.cluster[1]}: split-K instances run 1x1 "
-            "clusters (a split's few k-tiles gain little from multicast); use cluster [1, 1]"
+            f"k_split split with swap_ab and cluster {s.cluster[0]}x{s.cluster[1]}: swap-AB split-K "
+            "instances (decode sizes) run 1x1 clusters; use cluster [1, 1]"
         )
     if s.has_c:
         return "k_split split with a C operand: split-K instances compute D = alpha * A @ B^T; drop c_dtype"

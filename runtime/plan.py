@@ -301,14 +301,17 @@ class LaunchPlan:
         self.shapes[key] = shape
         return shape
 
-    def _splits(self, tiles: int, k: int, k_splits: int | None) -> tuple[int, int]:
-        """(split count, workspace bytes) of a problem with `tiles` output tiles: (1, 0) unless split-K;
-        `k_splits` None takes the default (runtime/scheduling.py)."""
+    def _splits(self, cluster_tiles: int, k: int, k_splits: int | None) -> tuple[int, int]:
+        """(split count, workspace bytes) of a problem with `cluster_tiles` cluster tiles: (1, 0) unless
+        split-K; `k_splits` None takes the default (runtime/scheduling.py). The counters, the partials and
+        the default count are per CTA tile: each CTA of a cluster reduces its own tile."""
         if not self.split:
             if k_splits is not None:
                 raise self.not_split("k_splits")
             return 1, 0
         tile_m, tile_n, tile_k = self.record.spec.tile
+        cluster_m, cluster_n = self.record.spec.cluster
+        tiles = cluster_tiles * cluster_m * cluster_n
         k_tile_count = scheduling.k_tiles(k, tile_k)
         if k_splits is None:
             k_splits = scheduling.default_k_splits(tiles, k_tile_count)

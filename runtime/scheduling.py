@@ -83,7 +83,8 @@ def effective_splits(k_splits: int, k_tile_count: int) -> int:
 
 
 def default_k_splits(tiles: int, k_tile_count: int) -> int:
-    """The split count a launch uses unless told otherwise, from the problem alone (see the constants)."""
+    """The split count a launch uses unless told otherwise, from the problem alone (see the constants).
+    `tiles` counts CTA tiles (cluster tiles x CTAs per cluster): each CTA runs and reduces its own."""
     if tiles >= SPLIT_TARGET_UNITS:
         return 1
     return max(1, min(SPLIT_TARGET_UNITS // tiles, k_tile_count // MIN_K_TILES_PER_SPLIT, MAX_K_SPLITS))
@@ -96,7 +97,8 @@ def split_k_ranges(k_tile_count: int, splits: int) -> list[tuple[int, int]]:
 
 def split_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -> int:
     """Bytes of workspace a split-K launch needs: the arrival counters (SPLIT_COUNTERS int32), then one
-    fp32 partial tile per work unit. Nothing for a single split."""
+    fp32 partial tile per CTA tile (`tiles`, as in `default_k_splits`) and split. Nothing for a single
+    split."""
     if splits <= 1:
         return 0
     return 4 * (SPLIT_COUNTERS + tiles * splits * tile_m * tile_n)

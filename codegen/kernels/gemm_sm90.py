@@ -121,9 +121,10 @@ class KernelConfig:
     # fp8 slow accumulation: each k-tile's WGMMAs go into one of these per-k-tile accumulators, which is
     # then added ("promoted") into the fp32 tile accumulator. 0: no promotion (fast accumulation, 16-bit).
     k_acc_buffers: int = 0
-    # Split-K (cooperative, 1x1 clusters): the host entry takes `k_splits` and a workspace pointer; each
-    # output tile's k-tiles are cut into `k_splits` contiguous ranges, one work unit each, reduced in a
-    # fixed order by the unit that finishes last (`HopperGemm._reduce_splits`).
+    # Split-K (cooperative): the host entry takes `k_splits` and a workspace pointer; each cluster tile's
+    # k-tiles are cut into `k_splits` contiguous ranges, one work unit each (every CTA of the cluster runs
+    # the same range of its own tile), reduced per CTA tile in a fixed order by the unit that finishes
+    # last (`HopperGemm._reduce_splits`).
     k_split: bool = False
     # Grouped GEMM, variable M per group: the host entry takes `cu_seqlens_m` (int32[G + 1] row offsets, a
     # device pointer); B's batch mode counts the groups; A and D hold all groups' rows, and each D
@@ -1224,12 +1225,14 @@ class HopperGemm(GroupedWalks):
                 )
             elif cutlass.const_expr(self.k_split):
                 # Only the tile's last unit to finish holds the whole sum; the others are done.
+                # The workspace's counters and partials are per CTA tile: a cluster tile holds
+                # cluster_m x cluster_n of them, each reduced by its own CTA.
                 if self._reduce_splits(
                     epi,
                     accumulators,
                     workspace,
                     split_arrivals,
-                    tile_linear,
+                    tile_linear * (cm * cn) + cluster_coord_mnk[0] * cn + cluster_coord_mnk[1],
                     split,
                     splits,
                     tidx % self.tile_threads,
@@ -1566,6 +1569,8 @@ class HopperGemm(GroupedWalks):
         """Split-K: publish this unit's fp32 partial sum and count its arrival; the tile's last unit to
         arrive sums all partials into `accumulators` and returns True (it stores the tile), the others
         return False. With one split there is nothing to reduce (True, the workspace is not touched).
+        `tile_linear` numbers this CTA's tile over the whole launch (cluster tile x CTAs per cluster +
+        the CTA's rank in its cluster): in a cluster every CTA reduces its own tile.
 
         Deterministic: every partial goes through the workspace and the last arriver adds them in split
         order 0, 1, ..., S-1, so the bits do not depend on which unit finishes last. Workspace layout

@@ -24,15 +24,31 @@ pytestmark = pytest.mark.gpu
 SPLIT = [i for i in g.INSTANCES if getattr(i, "k_split", "none") == "split"]
 
 
+CLUSTERED = [i for i in SPLIT if tuple(i.cluster) != (1, 1)]
+
+
 def _case(inst, m: int = 33, n: int = 1000) -> g.Case:
     """14 k-tiles, the last one partial (8 elements of K)."""
-    return g.Case(f"split_m{m}", m, n, 13 * inst.tile[2] + 8)
+    return g.Case(f"split_m{m}_n{n}", m, n, 13 * inst.tile[2] + 8)
 
 
 @pytest.mark.parametrize("inst", SPLIT, ids=g._id)
 @pytest.mark.parametrize("k_splits", [1, 2, 3, 5, 14])
 def test_split_counts(inst, k_splits, gen, report):
     p = g.make_problem(inst, _case(inst), gen)
+    before = g.snapshot(p)
+    g.launch(p, k_splits=k_splits)
+    torch.cuda.synchronize()
+    g.check_gemm(p, report, reason=f"k_splits={k_splits}")
+    g.assert_guards(p, before)
+
+
+@pytest.mark.parametrize("inst", CLUSTERED, ids=g._id)
+@pytest.mark.parametrize("k_splits", [1, 2, 3, 14])
+def test_clustered_split_counts_over_several_cluster_tiles(inst, k_splits, gen, report):
+    """Several cluster tiles along M and N, the last ones partly (a CTA of a 2-CTA cluster wholly)
+    outside D: each CTA of a cluster reduces its own tile's partials."""
+    p = g.make_problem(inst, _case(inst, m=300, n=1100), gen)
     before = g.snapshot(p)
     g.launch(p, k_splits=k_splits)
     torch.cuda.synchronize()
@@ -63,7 +79,9 @@ def test_split_k_is_deterministic_and_leaves_its_counters_at_zero(inst, gen):
         assert not torch.isnan(d.t.float()).any(), "unwritten (NaN) D elements"
         g.assert_bitwise_equal(outs[0].t, d.t, "split-K launches of the same GEMM")
     rows, cols = inst.problem_tile  # of D, per tile
-    tiles = -(-case.m // rows) * -(-case.n // cols)
+    cm, cn = inst.cluster  # a cluster's CTAs each count on their own tile's counter, inside D or not
+    clusters_m, clusters_n = -(-case.m // (rows * cm)), -(-case.n // (cols * cn))
+    tiles = clusters_m * cm * clusters_n * cn
     counters = ws[: 4 * tiles].view(torch.int32)
     assert int(counters.abs().sum()) == 0, f"arrival counters left non-zero: {counters.tolist()}"
 

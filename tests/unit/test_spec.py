@@ -316,7 +316,7 @@ FAILING = {
     # 98304 B per A/B stage next to 32768 B of fp32 D and 32768 B of fp32 C: one stage
     "smem": ({"tile": [256, 128, 128], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, "need 2"),
     "swap_ab": ({"tile": [64, 8], "cluster": [1, 2], "swap_ab": True}, "run 1x1 or 2x1 clusters"),
-    "k_split": ({"k_split": "split"}, "split-K instances run 1x1 clusters"),
+    "k_split": ({"k_split": "split", "schedule": "pingpong"}, "split-K runs cooperative tiles"),
     "varlen": ({"varlen": "m", "d_major": "m"}, "grouped instances take row-major A and D"),
     "gather_a": ({"gather_a": True}, "gathered A belongs to grouped instances"),
 }
@@ -325,7 +325,7 @@ FAILING = {
 @pytest.mark.parametrize(
     ("rule", "changes", "must_mention"),
     [
-        # The grouped forms' C and gathering branches (the FAILING case above covers one branch a rule).
+        # Branches that the FAILING case above (one a rule) leaves: the grouped forms' C and gathering.
         ("varlen", {"varlen": "m", "c_dtype": "bf16", "c_major": "m"}, "use c_major n"),
         ("gather_a", {"varlen": "k", "gather_a": True}, "use a_major m"),
         ("gather_a", {"varlen": "k", "gather_a": True, "a_major": "m", "c_dtype": "bf16", "c_major": "n"},
@@ -336,11 +336,19 @@ FAILING = {
          "use cluster [1, 1]"),
         ("gather_a", {"varlen": "m", "gather_a": True, "cluster": [1, 2], "tile": [128, 128, 32]},
          "use tile K = 128 bytes of A"),
+        # Split-K: any cluster for plain tiles, 1x1 for swap-AB ones.
+        ("k_split", {"k_split": "split", "tile": [64, 8], "cluster": [2, 1], "swap_ab": True},
+         "swap-AB split-K instances (decode sizes) run 1x1 clusters"),
     ],
 )  # fmt: skip
-def test_grouped_c_and_gathered_k_rules_name_the_fix(rule, changes, must_mention):
+def test_further_branches_of_rules_name_the_fix(rule, changes, must_mention):
     reason = dict(check_rules(spec(**changes)))[rule]
     assert reason is not None and must_mention in reason, reason
+
+
+@pytest.mark.parametrize("cluster", [[1, 1], [2, 1], [1, 2], [2, 2]])
+def test_split_k_runs_plain_cooperative_tiles_in_any_cluster(cluster):
+    assert why_unsupported(spec(k_split="split", tile=[128, 128], cluster=cluster)) is None
 
 
 def test_grouped_c_and_gathered_k_combinations_that_ship_pass_every_rule():
