@@ -11,7 +11,10 @@ graph replays for small problems; inputs rotated to defeat L2 for small problems
 point's finalists and their times are written to the table as soon as the point is done, so an
 interrupted run resumes where it stopped (the default when --out exists: a run times only the points the
 table lacks, or holds without a time for an instance the wheel ships, `work_list`; `--retime` times them
-all again). A progress line per point says how far it is and how long is left.
+all again). At a point that only lacks instances added since, just those and the point's finalists are
+timed, and the point's other times are carried over on the new run's scale (`fill_candidates`,
+`merge_point`): adding a few instances costs a fraction of a full run. A progress line per point says how
+far it is and how long is left.
 
 The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
@@ -217,6 +220,32 @@ def untimed(point: dict, shipped: set[str]) -> set[str]:
     return shipped - {t[0] for t in point["times"]}
 
 
+def fill_candidates(point: dict | None, class_ids: set[str], shipped: set[str], top: int) -> set[str]:
+    """The instances of one class to time at a grid point: all of them (``class_ids``) for a point the
+    table lacks; for a point that only lacks instances added since it was timed (`untimed`), those and the
+    point's finalists (the fastest ``point["finalists"]`` entries, else ``top``), which `merge_point`
+    needs to carry the point's other times over. An up-to-date point: nothing."""
+    if point is None:
+        return set(class_ids)
+    missing = untimed(point, shipped)
+    if not missing:
+        return set()
+    finalists = point.get("finalists") or top
+    return (missing | {t[0] for t in point["times"][:finalists]}) & class_ids
+
+
+def merge_point(old: dict, new: dict) -> dict:
+    """A point re-timed for some instances only (`fill_candidates`): the new run's times, and every other
+    entry of ``old`` scaled by the median ratio new / old over the instances timed in both (the finalists
+    carried over), so that times measured in two runs (clocks, power) rank on one scale. The finalist
+    count is the new run's."""
+    new_us = {t[0]: t[3] for t in new["times"]}
+    ratios = [new_us[t[0]] / t[3] for t in old["times"] if t[0] in new_us and t[3] > 0]
+    scale = statistics.median(ratios) if ratios else 1.0
+    carried = [[t[0], t[1], t[2], round(t[3] * scale, 3)] for t in old["times"] if t[0] not in new_us]
+    return {**new, "times": sorted(new["times"] + carried, key=lambda t: t[3])}
+
+
 def work_list(args, classes: dict, shipped: dict | None = None) -> list[tuple[bench.Combo, bench.Shape]]:
     """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band (with
     --pdl at most PDL_M_MAX), and unless --retime only points that some chosen class lacks in ``classes``
@@ -282,11 +311,32 @@ def tune(args) -> int:
     with torch.cuda.stream(stream):
         bench.warm_up_clocks(torch, 3.0)
         for combo, shape in work:
-            keys = dict(tuned_classes(args, combo))
-            cands = [i for i in instances if class_key(i) in keys]
+            # Per class: the point the table holds (None with --retime: time it afresh) and what to time.
+            held_points, wanted = {}, set()
+            for ck, _ in tuned_classes(args, combo):
+                held_points[ck] = (
+                    None
+                    if args.retime
+                    else next(
+                        (
+                            p
+                            for p in classes.get(row_key(args, ck), ())
+                            if (p["m"], p["n"], p["k"]) == (shape.m, shape.n, shape.k)
+                        ),
+                        None,
+                    )
+                )
+                wanted |= fill_candidates(
+                    held_points[ck], shipped.get(ck, set()), shipped.get(ck, set()), args.top
+                )
+            cands = [i for i in instances if i.id in wanted]
             res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env)
             for ck, series in tuned_classes(args, combo):
                 point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
+                if held_points[ck] is not None:
+                    if not untimed(held_points[ck], shipped.get(ck, set())):
+                        continue  # this class was up to date here; the other class of the combo was not
+                    point = merge_point(held_points[ck], point)
                 pts = classes.setdefault(row_key(args, ck), [])
                 pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
                 pts.sort(key=lambda p: (p["n"], p["k"], p["m"]))

@@ -118,3 +118,30 @@ def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_f
         if p["m"] >= FULLY_TIMED_FROM_M and tune.untimed(p, shipped[key])
     ]
     assert not lacking, f"{len(lacking)} table points lack shipped instances, e.g. {lacking[:3]}"
+
+
+def _point(times, finalists=2):
+    return {"m": 256, "n": 4096, "k": 4096, "cublas_us": 10.0, "finalists": finalists, "times": times}
+
+
+def test_a_point_lacking_new_instances_times_them_with_its_finalists_only():
+    ids = {"a", "b", "c", "d", "new1", "new2"}
+    held = _point(
+        [["a", None, None, 10.0], ["b", None, None, 11.0], ["c", None, None, 12.0], ["d", None, None, 13.0]]
+    )
+    assert tune.fill_candidates(None, ids, ids, 4) == ids  # a point the table lacks: every instance
+    assert tune.fill_candidates(held, ids, ids, 4) == {"new1", "new2", "a", "b"}
+    assert tune.fill_candidates(held, ids, {"a", "b", "c", "d"}, 4) == set()  # up to date
+
+
+def test_merge_carries_the_other_times_over_on_the_new_runs_scale():
+    held = _point(
+        [["a", None, None, 10.0], ["b", None, None, 11.0], ["c", None, None, 12.0], ["d", None, None, 20.0]]
+    )
+    # The new run ran 10% slower clocks: a and b at 1.1x their old times; new1 beats them all.
+    new = _point([["new1", None, None, 9.9], ["a", None, None, 11.0], ["b", None, None, 12.1]], finalists=3)
+    merged = tune.merge_point(held, new)
+    assert [t[0] for t in merged["times"]] == ["new1", "a", "b", "c", "d"]
+    assert merged["times"][3][3] == pytest.approx(13.2) and merged["times"][4][3] == pytest.approx(22.0)
+    assert merged["finalists"] == 3 and merged["cublas_us"] == 10.0
+    assert tune.untimed(merged, {"a", "b", "c", "d", "new1"}) == set()
