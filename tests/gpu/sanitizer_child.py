@@ -94,6 +94,8 @@ def required_features(inst) -> set[tuple]:
         ("swap-AB", bool(getattr(inst, "swap_ab", False))),  # the transposed problem's descriptors
         ("k split", str(getattr(inst, "k_split", "none"))),  # split-K: workspace partials and counters
     }
+    if str(getattr(inst, "k_split", "none")) != "none" and tuple(inst.cluster) != (1, 1):
+        out.add(("k split", "in a cluster"))  # each CTA of a cluster reduces its own tile
     if inst.has_c and (inst.c_dtype, inst.c_major) != (inst.d_dtype, inst.d_major):
         out.add(("C", "C unlike D (dtype or major)"))  # C staged apart from D
     out.update(("operand layout", odd) for odd in odd_majors(inst))

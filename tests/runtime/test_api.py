@@ -119,7 +119,8 @@ def _values(
     values["prefetch_operand"] = prefetch
     if rec.spec.k_split == "split":
         k_tile_count = scheduling.k_tiles(k, rec.spec.tile[2])
-        default = scheduling.default_k_splits(cm * cn * batch, k_tile_count)
+        cta_tiles = cm * cn * batch * rec.spec.cluster[0] * rec.spec.cluster[1]  # each CTA reduces its tile
+        default = scheduling.default_k_splits(cta_tiles, k_tile_count)
         values["k_splits"] = default if k_splits is None else k_splits
         values["workspace"] = workspace or 0
     return values
@@ -779,9 +780,14 @@ def test_unknown_memory_is_refused_when_checking(ci, fake, pointer_checks):
     assert fake.count("cuLaunchKernelEx") == 0
 
 
-def _split(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.k_split == "split"]
-    assert ids, "the ci profile must hold a split-K instance (kernel_specs.yaml)"
+def _split(man, clustered: bool = False) -> str:
+    """The ci profile's split-K instance in a 1x1 cluster (swap-AB, decode-sized), or in a larger one."""
+    ids = [
+        i
+        for i, r in sorted(man.instances.items())
+        if r.spec.k_split == "split" and (r.spec.cluster != (1, 1)) == clustered
+    ]
+    assert ids, f"the ci profile must hold a split-K instance, clustered={clustered} (kernel_specs.yaml)"
     return ids[0]
 
 
@@ -806,6 +812,33 @@ def test_split_k_sends_its_count_and_workspace_and_sizes_the_grid_by_units(ci, f
         assert runtime.workspace_bytes(iid, m, n, k, k_splits=k_splits) == want_bytes
     # The default split count comes from the problem alone: enough units for one H200 wave.
     assert values["k_splits"] == 40 and scheduling.default_k_splits(tiles, 40) == min(132 // tiles, 10)
+
+
+def test_clustered_split_k_counts_its_workspace_and_default_splits_per_cta_tile(ci, fake):
+    """In a cluster every CTA reduces its own tile: the counters, the partials and the default split
+    count are per CTA tile (cluster tiles x CTAs per cluster), the grid counts cluster units."""
+    iid = _split(ci, clustered=True)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    tile_m, tile_n, tile_k = rec.spec.tile
+    cm, cn = rec.spec.cluster
+    m, n, k = 3 * tile_m - 20, 8 * tile_n + 8, 40 * tile_k  # the last cluster row and column partly outside
+    clusters = scheduling.cluster_tiles(m, n, 1, tile_m, tile_n, cm, cn)[2]
+    cta_tiles = clusters * cm * cn
+    assert cta_tiles > scheduling.cluster_tiles(m, n, 1, tile_m, tile_n, 1, 1)[2]  # padded to whole clusters
+    for k_splits in (None, 1, 3):
+        ws = None if k_splits == 1 else W
+        runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, k_splits=k_splits, workspace=ws)
+        values = _values(rec, (A, B, D), m, n, k, k_splits=k_splits, workspace=ws)
+        want, grid = _expect(ci, iid, values)
+        got = fake.launches[-1]
+        _assert_sent(got, rec, want)
+        assert got.grid == grid
+        splits = values["k_splits"]
+        want_bytes = 0 if splits == 1 else 4 * (4096 + cta_tiles * splits * tile_m * tile_n)
+        assert runtime.workspace_bytes(iid, m, n, k, k_splits=k_splits) == want_bytes
+    # The default: enough CTA units for one H200 wave (36 CTA tiles here: 3 splits).
+    assert _values(rec, (A, B, D), m, n, k)["k_splits"] == 132 // cta_tiles == 3
 
 
 @pytest.mark.parametrize(
