@@ -340,22 +340,23 @@ def estimate(bracket: list[tuple[Point, float]], problem: tuple, sm_count: int, 
     """Each allowed candidate's estimated µs for ``problem`` (m, n, k, batch) from the grid points of
     ``bracket`` [(point, weight)]: at each point its measured time scaled by the cost model's ratio between
     the problem and the point (runtime/model.py: wave quantization, edge tiles, k-loop length), then the
-    weighted geometric mean over the points. A candidate that is not among a point's finalists was slower
-    there than all of them: it counts at that point with the slowest finalist's time (a lower bound), so a
-    candidate that wins at one neighbour and was merely screened out at the other stays in the running."""
+    weighted geometric mean over the points that timed it. A point lists every instance its run timed
+    (screened-out ones at their scaled screening time), so a candidate missing from a point was added to
+    the matrix after that point was timed: missing data, not a slow result, and its estimate comes from
+    the bracket's other points (an instance that no point of the bracket timed is not a candidate)."""
     times = [(point, dict(point.times), weight) for point, weight in bracket]
     cands = {c for _, t, _ in times for c in t if c.instance_id in allowed}
-    total = sum(w for _, _, w in times)
     out = {}
     for cand in cands:
         spec = _spec(cand.instance_id)
         target = model.estimate_s(spec, *problem, sm_count)
-        log_sum = 0.0
-        for point, t, weight in times:
-            us = t.get(cand, point.times[-1][1])  # fastest first: [-1] is the slowest listed
+        timed = [(point, t[cand], weight) for point, t, weight in times if cand in t]  # never empty
+        log_sum = total = 0.0
+        for point, us, weight in timed:
             log_sum += weight * math.log(
                 us * target / model.estimate_s(spec, point.m, point.n, point.k, 1, sm_count)
             )
+            total += weight
         out[cand] = math.exp(log_sum / total)
     return out
 

@@ -175,6 +175,22 @@ def test_lookup_is_deterministic_and_independent_of_point_order():
     assert len(picks) == 1
 
 
+def test_an_instance_a_bracketing_point_did_not_time_is_estimated_from_the_points_that_did():
+    """B was added after the M = 64 point was timed: that point's missing time is missing data (not a
+    slow result), so at M = 86, between the rows, B's estimate is its M = 96 time carried by the model,
+    and it wins there as it does at M = 96. (Counted at M = 64's slowest time it lost to A.)"""
+    col = [_point(64, 4096, 4096, **{A: 20.0}), _point(96, 4096, 4096, **{A: 30.0, B: 21.0})]
+    t = _table(col)
+    pick = t.lookup(H200, "bf16_bf16_bf16_kkn", 86, 4096, 4096, 1, {A, B})
+    spec = GemmSpec.parse(B)
+    carried = (
+        21.0 * model.estimate_s(spec, 86, 4096, 4096, 1, 132) / model.estimate_s(spec, 96, 4096, 4096, 1, 132)
+    )
+    assert (pick.instance_id, pick.us) == (B, pytest.approx(carried))
+    # Below the rows that timed it, B is no candidate.
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 48, 4096, 4096, 1, {A, B}).instance_id == A
+
+
 def test_lookup_skips_instances_this_installation_lacks():
     t = _table([_point(256, 4096, 4096, **{A: 30.0, B: 40.0})])
     assert t.lookup(H200, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {B}).instance_id == B

@@ -95,16 +95,18 @@ def test_a_point_without_a_time_for_a_shipped_instance_is_timed_again():
     assert shape not in [s for _, s in tune.work_list(pdl, held_pdl, {PROMOTED: {"old"}, FAST: {"old"}})]
 
 
-# Rows below this M (and the PDL rows, M <= 128) may lack instances added for larger M: the swap-AB 128-row
-# tiles of sessions 15-16, timed at the M = 32 and 64 rows in session 16, were the fastest at 1 of 120 class
-# points there (docs/PERF.md), so those rows were not re-timed. `python -m build_tools.tune` times them.
-FULLY_TIMED_FROM_M = 96
+# Rows below this M (and the PDL rows, M <= 128) may lack instances added for larger M (the swap-AB
+# 128-row tiles of sessions 15-16, tile N between the powers of two, the 2x1 split-K pairs): at M <= 16
+# they would only add tuning time. The M = 32 and 64 rows were filled in session 18, because a problem
+# with M between 64 and 96 brackets the M = 64 row (docs/PERF.md). `python -m build_tools.tune` times them.
+FULLY_TIMED_FROM_M = 32
 
 
-def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_from_m_96():
-    """What an instance added to the matrix needs before it can be picked: times in the table's rows (a
-    point without one counts it as slower than every finalist). `python -m build_tools.tune --m-min 96`
-    on a GPU times exactly the points that lack one."""
+def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_from_m_32():
+    """What an instance added to the matrix needs before it can be picked near a row: times in the
+    table's rows (the lookup estimates an instance from the points that timed it only, and an instance no
+    point near the problem timed is not a candidate). `python -m build_tools.tune --m-min 32` on a GPU
+    times exactly the points that lack one (with each point's finalists)."""
     shipped: dict[str, set[str]] = {}
     for name in load_matrix(REPO / "kernel_specs.yaml").expand("default").names():
         shipped.setdefault(ProblemClass.of(GemmSpec.parse(name)).key, set()).add(name)
