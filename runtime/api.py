@@ -44,7 +44,7 @@ _offsets_ok = problem.offsets_ok
 def instances() -> list[Instance]:
     """Every kernel instance shipped in this installation (its spec; `.id` is the id), sorted by id.
     Needs no GPU."""
-    return [rec.spec for _, rec in sorted(state.runtime().manifest.instances.items())]
+    return [spec for _, spec in sorted(state.runtime().manifest.specs.items())]
 
 
 def workspace_bytes(

@@ -217,6 +217,21 @@ class Manifest:
     def directory(self) -> str:
         return os.path.dirname(self.path)
 
+    @property
+    def specs(self) -> Mapping[str, GemmSpec]:
+        """Each instance's spec by id, without building the records: a manifest read from JSON parses
+        the specs at load and each record's launch contract on its first use (`LazyRecords`)."""
+        specs = getattr(self.instances, "specs", None)
+        if specs is None:
+            specs = MappingProxyType({iid: rec.spec for iid, rec in self.instances.items()})
+        return specs
+
+    def check_all(self) -> None:
+        """Validate every record now (a manifest read from JSON defers each to its first use):
+        `CorruptArtifactError` for the first malformed one. `doctor` runs it."""
+        for iid in self.instances:
+            self.instances[iid]
+
     def record(self, instance_id: str) -> InstanceRecord:
         """The record of ``instance_id``; ``UnknownInstanceError`` with close matches if absent."""
         rec = self.instances.get(instance_id) if type(instance_id) is str else None
@@ -264,18 +279,54 @@ class Manifest:
         if arch != ARCH:
             r.fail("arch", f"must be {ARCH!r}, got {arch!r}")
         directory = os.path.dirname(os.path.abspath(path))
-        instances = {
-            iid: _record(r, rec, f"instances.{iid}", directory, iid)
-            for iid, rec in r.map_(doc, "instances", "").items()
-        }
+        instances = LazyRecords(r, r.map_(doc, "instances", ""), directory)
         toolchain = r.map_(doc, "toolchain", "")
         return cls(
             profile=r.str_(doc, "profile", ""),
             toolchain=MappingProxyType(dict(toolchain)),
-            instances=MappingProxyType(instances),
+            instances=instances,
             arch=arch,
             path=os.path.abspath(path),
         )
+
+
+class LazyRecords(Mapping):
+    """A manifest's records by id, read from its JSON: every record's spec is parsed and checked against
+    its id at load (dispatch needs them all: `Manifest.specs`), the rest of a record (its launch
+    contract: parameters, grid rule, cubin facts) on the first lookup of that id, since a process
+    launches a few of the hundreds shipped (on the 2-core CPU box, building all 458 records took about
+    half of a process's first `select()`). A malformed record raises `CorruptArtifactError` at its
+    first lookup, before anything is launched; `Manifest.check_all` (doctor) validates them all."""
+
+    def __init__(self, reader: _Reader, docs: Mapping, directory: str):
+        self._reader, self._docs, self._directory = reader, docs, directory
+        self._built: dict[str, InstanceRecord] = {}
+        specs = {}
+        for iid, doc in docs.items():
+            where = f"instances.{iid}"
+            if not isinstance(doc, dict):
+                reader.fail(where, "must be a JSON object")
+            specs[iid] = _spec_of(reader, doc, where, iid)
+        self.specs = MappingProxyType(specs)
+
+    def __getitem__(self, iid: str) -> InstanceRecord:
+        rec = self._built.get(iid)
+        if rec is None:
+            # Two threads may both build it: the same value, and the dict assignment is atomic.
+            rec = _record(
+                self._reader, self._docs[iid], f"instances.{iid}", self._directory, iid, self.specs[iid]
+            )
+            self._built[iid] = rec
+        return rec
+
+    def __iter__(self):
+        return iter(self._docs)
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, iid) -> bool:
+        return iid in self._docs
 
 
 # ---- validation ---------------------------------------------------------------------------------------
@@ -466,16 +517,26 @@ _RECORD_KEYS = (
 )
 
 
-def _record(r: _Reader, rec, where: str, directory: str, iid: str | None = None) -> InstanceRecord:
-    if not isinstance(rec, dict):
-        r.fail(where, "must be a JSON object")
-    r.known(rec, _RECORD_KEYS, where)
+def _spec_of(r: _Reader, rec: dict, where: str, iid: str | None) -> GemmSpec:
+    """A record's spec, checked against the id it is filed under (when given)."""
     try:
         spec = GemmSpec.from_json(r.map_(rec, "spec", where))
     except SpecError as e:
         r.fail(_at(where, "spec"), f"is not a valid spec: {e}")
     if iid is not None and spec.name() != iid:
         r.fail(_at(where, "spec"), f"names instance {spec.name()!r}, not its key {iid!r}")
+    return spec
+
+
+def _record(
+    r: _Reader, rec, where: str, directory: str, iid: str | None = None, spec: GemmSpec | None = None
+) -> InstanceRecord:
+    """Validate one record document (``spec``: its spec, already parsed by `_spec_of`)."""
+    if not isinstance(rec, dict):
+        r.fail(where, "must be a JSON object")
+    r.known(rec, _RECORD_KEYS, where)
+    if spec is None:
+        spec = _spec_of(r, rec, where, iid)
     sha = r.str_(rec, "sha256", where)
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
         r.fail(_at(where, "sha256"), f"must be 64 lowercase hex digits, got {sha!r}")

@@ -324,8 +324,8 @@ def instances_of(rt, cls: ProblemClass) -> list[GemmSpec]:
     index = rt.instance_classes
     if index is None:
         index = {}
-        for _, rec in sorted(rt.manifest.instances.items()):
-            index.setdefault(ProblemClass.of(rec.spec), []).append(rec.spec)
+        for _, spec in sorted(rt.manifest.specs.items()):
+            index.setdefault(ProblemClass.of(spec), []).append(spec)
         rt.instance_classes = index
     specs = index.get(cls)
     if not specs:

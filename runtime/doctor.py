@@ -231,6 +231,7 @@ def _check_manifest(report: _Report, rt):
 
     try:
         catalog = rt.manifest
+        catalog.check_all()  # every record's launch contract (a process checks each on first use)
     except HgemmError as e:
         report.error("manifest", e)
         return None
@@ -307,7 +308,7 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
         for g, classes in sorted(summary.items())
     ]
     report.add("OK", "tuning", f"table {table.path}", covered or ["(covers no GPU)"])
-    shipped = {ProblemClass.of(rec.spec).key for rec in catalog.instances.values()} if catalog else set()
+    shipped = {ProblemClass.of(spec).key for spec in catalog.specs.values()} if catalog else set()
     if gpus is None or not gpus:
         report.add(
             "INFO",
@@ -339,7 +340,7 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
 
 def _sample_spec(catalog):
     """The class doctor asks select() about: bf16 kkn without C where it ships, else the first instance's."""
-    specs = [rec.spec for _, rec in sorted(catalog.instances.items())]
+    specs = [spec for _, spec in sorted(catalog.specs.items())]
     for s in specs:
         if (
             (s.a_dtype, s.b_dtype, s.d_dtype) == ("bf16",) * 3

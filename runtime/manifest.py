@@ -1,7 +1,8 @@
 """Find, read and check the installed kernels: ``manifest.json`` (validated by runtime/contract.py into
 immutable records) and the cubins it names.
 
-``load`` reads and validates a manifest (the process's ``Runtime`` reads its own lazily, from
+``load`` reads and validates a manifest (every spec at once, each record's launch contract on its first
+lookup: runtime/contract.py `LazyRecords`; the process's ``Runtime`` reads its own lazily, from
 ``kernel_dir``, runtime/state.py); ``read_cubin`` checks a cubin's size, ELF magic and (optionally) sha256
 against its record before it is loaded.
 """

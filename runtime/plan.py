@@ -364,8 +364,8 @@ class LaunchPlan:
         mine = ProblemClass.of(self.record.spec)
         others = sorted(
             iid
-            for iid, rec in self.catalog.instances.items()
-            if rec.spec.k_split == KSplit.split and ProblemClass.of(rec.spec) == mine
+            for iid, spec in self.catalog.specs.items()
+            if spec.k_split == KSplit.split and ProblemClass.of(spec) == mine
         )
         return InvalidArgumentError(
             f"{what} given, but this instance does not split K (it has no workspace)",
@@ -411,7 +411,5 @@ def _siblings(catalog, record, want_c: bool) -> list[str]:
         return replace(spec, c_dtype=None, c_major=None)
 
     return sorted(
-        iid
-        for iid, rec in catalog.instances.items()
-        if rec.spec.has_c == want_c and base(rec.spec) == base(record.spec)
+        iid for iid, spec in catalog.specs.items() if spec.has_c == want_c and base(spec) == base(record.spec)
     )

@@ -406,6 +406,21 @@ def test_doctor_reports_a_corrupted_cubin_and_exits_1(cli_rt, kdir, capsys):
     assert lines[-1] == "1 check failed: cubins"
 
 
+def test_doctor_validates_every_record_a_process_would_check_only_on_use(
+    make_runtime, fake, tmp_path, capsys
+):
+    """A loaded manifest checks a record's launch contract on its first lookup; doctor checks them all,
+    so a record damaged past its spec fails the manifest check."""
+    doc = make_doc([record(s) for s in SPECS])
+    doc["instances"][SPECS[3].id]["grid"] = "tiles"
+    write_kernels(tmp_path / "kernels", doc)
+    with_primary_contexts(fake)
+    make_runtime(manifest.load(str(tmp_path / "kernels" / "manifest.json")))  # loads: specs are fine
+    rc, out, _ = run(capsys, "doctor")
+    assert rc == 1 and statuses(out)["manifest"] == ["FAIL"]
+    assert f"instances.{SPECS[3].id}.grid must be one of" in out
+
+
 def test_doctor_without_a_driver_reports_and_still_checks_the_kernels(kdir, capsys):
     def missing():
         raise MissingDependencyError(

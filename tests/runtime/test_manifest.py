@@ -32,7 +32,29 @@ RECORD_FIELDS = [
 
 
 def load_doc(tmp_path, doc, cubins=True):
-    return manifest.load(str(write_kernels(tmp_path / "k", doc, cubins)))
+    """Load and validate every record (a loaded manifest checks each record's launch contract on its
+    first lookup; `check_all` is what doctor runs)."""
+    loaded = manifest.load(str(write_kernels(tmp_path / "k", doc, cubins)))
+    loaded.check_all()
+    return loaded
+
+
+def test_a_malformed_record_is_refused_at_its_first_lookup(tmp_path, doc):
+    """Only the specs are parsed at load: a record's launch contract is validated on the first lookup of
+    its id, so a damaged record fails there (before any launch) and leaves the others usable."""
+    doc["instances"][IDS[0]]["params"][9]["kind"] = "f64"
+    loaded = manifest.load(str(write_kernels(tmp_path / "k", doc, True)))
+    assert sorted(loaded.specs) == sorted(IDS) and loaded.specs[IDS[0]].name() == IDS[0]
+    assert loaded.record(IDS[1]).id == IDS[1]
+    for _ in range(2):  # refused again on the next lookup: nothing half-built is cached
+        with pytest.raises(CorruptArtifactError, match=r"params\[9\]\.kind must be one of"):
+            loaded.record(IDS[0])
+    with pytest.raises(CorruptArtifactError, match=r"params\[9\]\.kind must be one of"):
+        loaded.check_all()
+    # A spec that does not parse, or names another instance, is refused at load.
+    doc["instances"][IDS[1]]["spec"]["schedule"] = "fast"
+    with pytest.raises(CorruptArtifactError, match="spec is not a valid spec"):
+        manifest.load(str(write_kernels(tmp_path / "k2", doc, True)))
 
 
 def test_valid_manifest_loads_and_round_trips(kernels, doc):
