@@ -220,18 +220,24 @@ def untimed(point: dict, shipped: set[str]) -> set[str]:
     return shipped - {t[0] for t in point["times"]}
 
 
-def fill_candidates(point: dict | None, class_ids: set[str], shipped: set[str], top: int) -> set[str]:
-    """The instances of one class to time at a grid point: all of them (``class_ids``) for a point the
-    table lacks; for a point that only lacks instances added since it was timed (`untimed`), those and the
-    point's finalists (the fastest ``point["finalists"]`` entries, else ``top``), which `merge_point`
-    needs to carry the point's other times over. An up-to-date point: nothing."""
+def fill_candidates(point: dict | None, shipped: set[str], top: int) -> set[str]:
+    """The instances of one class (``shipped``: its ids) to time at a grid point: all of them for a point
+    the table lacks (or --retime times afresh: None); for a point that only lacks instances added since it
+    was timed (`untimed`), those and the point's finalists (the fastest ``point["finalists"]`` entries,
+    else ``top``), which `merge_point` needs to carry the point's other times over. An up-to-date point:
+    nothing."""
     if point is None:
-        return set(class_ids)
+        return set(shipped)
     missing = untimed(point, shipped)
     if not missing:
         return set()
     finalists = point.get("finalists") or top
-    return (missing | {t[0] for t in point["times"][:finalists]}) & class_ids
+    return (missing | {t[0] for t in point["times"][:finalists]}) & shipped
+
+
+def held_point(points, shape: bench.Shape) -> dict | None:
+    """The point of ``points`` (one class's rows) at ``shape``, if the table holds it."""
+    return next((p for p in points if (p["m"], p["n"], p["k"]) == (shape.m, shape.n, shape.k)), None)
 
 
 def merge_point(old: dict, new: dict) -> dict:
@@ -305,38 +311,29 @@ def tune(args) -> int:
     for inst in instances:
         shipped.setdefault(class_key(inst), set()).add(inst.id)
     work = work_list(args, classes, shipped)
-    held = 0 if args.retime else sum(len(points) for points in classes.values())
-    print(f"tune: {key}, {len(work)} points to time ({held} class points already in {args.out})")
+    held_count = 0 if args.retime else sum(len(points) for points in classes.values())
+    print(f"tune: {key}, {len(work)} points to time ({held_count} class points already in {args.out})")
     progress = Progress(len(work), "grid points")
     with torch.cuda.stream(stream):
         bench.warm_up_clocks(torch, 3.0)
         for combo, shape in work:
-            # Per class: the point the table holds (None with --retime: time it afresh) and what to time.
-            held_points, wanted = {}, set()
+            # Per class to time here: the point the table holds (None: time it afresh) and the instances.
+            todo = {}
             for ck, _ in tuned_classes(args, combo):
-                held_points[ck] = (
-                    None
-                    if args.retime
-                    else next(
-                        (
-                            p
-                            for p in classes.get(row_key(args, ck), ())
-                            if (p["m"], p["n"], p["k"]) == (shape.m, shape.n, shape.k)
-                        ),
-                        None,
-                    )
-                )
-                wanted |= fill_candidates(
-                    held_points[ck], shipped.get(ck, set()), shipped.get(ck, set()), args.top
-                )
+                held = None if args.retime else held_point(classes.get(row_key(args, ck), ()), shape)
+                ids = fill_candidates(held, shipped.get(ck, set()), args.top)
+                if ids:  # none: this class is up to date here (another class of the combo is not)
+                    todo[ck] = (held, ids)
+            wanted = set().union(*(ids for _, ids in todo.values()))
             cands = [i for i in instances if i.id in wanted]
             res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env)
             for ck, series in tuned_classes(args, combo):
+                if ck not in todo:
+                    continue
                 point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
-                if held_points[ck] is not None:
-                    if not untimed(held_points[ck], shipped.get(ck, set())):
-                        continue  # this class was up to date here; the other class of the combo was not
-                    point = merge_point(held_points[ck], point)
+                held = todo[ck][0]
+                if held is not None:
+                    point = merge_point(held, point)
                 pts = classes.setdefault(row_key(args, ck), [])
                 pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
                 pts.sort(key=lambda p: (p["n"], p["k"], p["m"]))

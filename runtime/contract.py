@@ -230,7 +230,7 @@ class Manifest:
         """Validate every record now (a manifest read from JSON defers each to its first use):
         `CorruptArtifactError` for the first malformed one. `doctor` runs it."""
         for iid in self.instances:
-            self.instances[iid]
+            self.instances[iid]  # a lookup builds the record, validating it
 
     def record(self, instance_id: str) -> InstanceRecord:
         """The record of ``instance_id``; ``UnknownInstanceError`` with close matches if absent."""

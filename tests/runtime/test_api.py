@@ -791,6 +791,20 @@ def _split(man, clustered: bool = False) -> str:
     return ids[0]
 
 
+def _launch_split_checked(ci, fake, iid, m, n, k, k_splits):
+    """Launch split-K instance ``iid`` (a workspace unless one split), check the parameter bytes and the
+    grid it sent against the test's own derivation, and return (the expected values, the grid)."""
+    ws = None if k_splits == 1 else W
+    runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, k_splits=k_splits, workspace=ws)
+    rec = ci.record(iid)
+    values = _values(rec, (A, B, D), m, n, k, k_splits=k_splits, workspace=ws)
+    want, grid = _expect(ci, iid, values)
+    got = fake.launches[-1]
+    _assert_sent(got, rec, want)
+    assert got.grid == grid
+    return values, grid
+
+
 def test_split_k_sends_its_count_and_workspace_and_sizes_the_grid_by_units(ci, fake):
     iid = _split(ci)
     rec = ci.record(iid)
@@ -798,13 +812,7 @@ def test_split_k_sends_its_count_and_workspace_and_sizes_the_grid_by_units(ci, f
     tile_m, tile_n, tile_k = rec.spec.tile
     m, n, k = 8, 2048, 40 * tile_k  # swap-AB 64-row tiles along N: few tiles, 40 k-tiles
     for k_splits in (None, 1, 3, 7, 40):
-        ws = None if k_splits == 1 else W
-        runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, k_splits=k_splits, workspace=ws)
-        values = _values(rec, (A, B, D), m, n, k, k_splits=k_splits, workspace=ws)
-        want, grid = _expect(ci, iid, values)
-        got = fake.launches[-1]
-        _assert_sent(got, rec, want)
-        assert got.grid == grid
+        values, grid = _launch_split_checked(ci, fake, iid, m, n, k, k_splits)
         tiles = scheduling.cluster_tiles(m, n, 1, *rec.spec.problem_tile, 1, 1)[2]
         splits = values["k_splits"]
         assert grid[0] == min(tiles * splits, 66)  # 66: the fake device's resident CTAs
@@ -827,13 +835,7 @@ def test_clustered_split_k_counts_its_workspace_and_default_splits_per_cta_tile(
     cta_tiles = clusters * cm * cn
     assert cta_tiles > scheduling.cluster_tiles(m, n, 1, tile_m, tile_n, 1, 1)[2]  # padded to whole clusters
     for k_splits in (None, 1, 3):
-        ws = None if k_splits == 1 else W
-        runtime.launch(iid, (A, B, D), 0, m=m, n=n, k=k, k_splits=k_splits, workspace=ws)
-        values = _values(rec, (A, B, D), m, n, k, k_splits=k_splits, workspace=ws)
-        want, grid = _expect(ci, iid, values)
-        got = fake.launches[-1]
-        _assert_sent(got, rec, want)
-        assert got.grid == grid
+        values, _ = _launch_split_checked(ci, fake, iid, m, n, k, k_splits)
         splits = values["k_splits"]
         want_bytes = 0 if splits == 1 else 4 * (4096 + cta_tiles * splits * tile_m * tile_n)
         assert runtime.workspace_bytes(iid, m, n, k, k_splits=k_splits) == want_bytes

@@ -131,9 +131,9 @@ def test_a_point_lacking_new_instances_times_them_with_its_finalists_only():
     held = _point(
         [["a", None, None, 10.0], ["b", None, None, 11.0], ["c", None, None, 12.0], ["d", None, None, 13.0]]
     )
-    assert tune.fill_candidates(None, ids, ids, 4) == ids  # a point the table lacks: every instance
-    assert tune.fill_candidates(held, ids, ids, 4) == {"new1", "new2", "a", "b"}
-    assert tune.fill_candidates(held, ids, {"a", "b", "c", "d"}, 4) == set()  # up to date
+    assert tune.fill_candidates(None, ids, 4) == ids  # a point the table lacks: every instance
+    assert tune.fill_candidates(held, ids, 4) == {"new1", "new2", "a", "b"}
+    assert tune.fill_candidates(held, {"a", "b", "c", "d"}, 4) == set()  # up to date
 
 
 def test_merge_carries_the_other_times_over_on_the_new_runs_scale():
@@ -147,3 +147,48 @@ def test_merge_carries_the_other_times_over_on_the_new_runs_scale():
     assert merged["times"][3][3] == pytest.approx(13.2) and merged["times"][4][3] == pytest.approx(22.0)
     assert merged["finalists"] == 3 and merged["cublas_us"] == 10.0
     assert tune.untimed(merged, {"a", "b", "c", "d", "new1"}) == set()
+
+
+def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(tmp_path, monkeypatch):
+    """`tune` end to end with the GPU parts faked: at a grid point that lacks one shipped instance it
+    times that instance and the point's two finalists, and writes the merged point."""
+    import contextlib
+    import sys
+    import types
+
+    from build_tools import bench
+
+    shape = tune.grid()[0]
+    key = "bf16_bf16_bf16_kkn"
+    old = {"m": shape.m, "n": shape.n, "k": shape.k, "cublas_us": 10.0, "finalists": 2,
+           "times": [["a", None, None, 10.0], ["b", None, None, 11.0], ["c", None, None, 14.0]]}  # fmt: skip
+    out = tmp_path / "t.json"
+    out.write_text(json.dumps({"format": "hgemm-sm90-tuning", "version": 1,
+                               "gpus": {"FAKE/1": {"measured": {}, "classes": {key: [old]}}}}))  # fmt: skip
+    insts = [types.SimpleNamespace(id=i) for i in ("a", "b", "c", "new")]
+    hg = types.SimpleNamespace(instances=lambda: insts)
+    env = {"date": "d", "torch": "t", "cuda_bindings": "c", "hgemm_sm90": "h", "smi_id": None}
+    timed = []
+
+    def bench_shape(torch, hg, s, combo, cands, args, stream, env):
+        timed.append({i.id for i in cands})
+        us = {"a": 11.0, "b": 12.1, "new": 9.0}  # this run's clocks: 1.1x the old times
+        runners = [{"kind": "hgemm", "series": "", "name": i.id, "median_ms": us[i.id] / 1e3,
+                    "screen_ms": [us[i.id] / 1e3], "error": None} for i in cands]  # fmt: skip
+        return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.01}]}
+
+    fake_torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(stream=lambda s: contextlib.nullcontext(), empty_cache=lambda: None)
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(tune, "setup", lambda torch: (hg, env, None))
+    monkeypatch.setattr(tune, "gpu_key", lambda torch: "FAKE/1")
+    monkeypatch.setattr(tune, "class_key", lambda inst: key)
+    monkeypatch.setattr(bench, "nvidia_smi", lambda uuid: {})
+    monkeypatch.setattr(bench, "warm_up_clocks", lambda torch, seconds: None)
+    monkeypatch.setattr(bench, "bench_shape", bench_shape)
+    assert tune.tune(tune.parse_args(["--out", str(out), "--dtype", "bf16", "--limit", "1"])) == 0
+    assert timed == [{"new", "a", "b"}]
+    (point,) = [p for p in json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key] if p["m"] == shape.m]
+    assert [t[0] for t in point["times"]] == ["new", "a", "b", "c"]
+    assert point["times"][3][3] == pytest.approx(15.4)  # c carried over on this run's scale
