@@ -69,7 +69,7 @@ from .barriers import (
     THREADS_PER_WARPGROUP,
 )
 from .grouped import GroupedWalks
-from .tile_scheduler import cluster_tile_coord, split_unit, varlen_locate
+from .tile_scheduler import cluster_tile_coord, edge_origin, split_unit, varlen_locate
 
 # The producer issues griddepcontrol.wait before its first load of anything the previous grid may write
 # (every other global access follows one of its loads), so a launch with programmatic stream
@@ -254,6 +254,13 @@ class HopperGemm(GroupedWalks):
         self.varlen_m = config.varlen_m
         self.varlen_k = config.varlen_k
         self.gather_a = config.gather_a
+        # Edge tiles moved inside the tensor (`tile_scheduler.edge_origin`): for the plain walk without C.
+        # Not with C, because C may be D itself (the in-place update): a moved tile would read C rows its
+        # neighbour may already have overwritten. Not for the grouped walks, whose tiles are bounded by
+        # their group's rows or K range, not by the tensor's.
+        self.clamp_edges = config.c_dtype is None and not (
+            config.varlen_m or config.varlen_k or config.gather_a
+        )
 
     # ------------------------------------------------------------------ host side
     @cute.jit
@@ -799,6 +806,7 @@ class HopperGemm(GroupedWalks):
                     cluster_coord_mnk,
                     raster_along_m,
                     group_size,
+                    (mA_mkl, sA, mB_nkl, sB, cta_layout_mnk),
                 )
             # Programmatic dependent launch: every load is issued, so the next grid may start its set-up.
             cute.arch.griddepcontrol_launch_dependents()
@@ -956,6 +964,45 @@ class HopperGemm(GroupedWalks):
         )
         return ctile_m * cm + cluster_coord_mnk[0], ctile_n * cn + cluster_coord_mnk[1], batch, k_begin, k_end
 
+    def _unit_operands(
+        self, tma_atom_a, tAgA, tma_atom_b, tBgB, tile_m, tile_n, batch, cluster_coord_mnk, operands
+    ):
+        """A's and B's k-tile sequences (TMA coordinates) of output tile (tile_m, tile_n) of `batch`: the
+        tile's rows of each, from the partitions made once for the whole tensors; or, for an instance that
+        clamps edges, from partitions of the tensors shifted to the tile's `edge_origin` along M and N (so
+        an edge tile's boxes lie inside A and B). Traced inline (no control flow)."""
+        if cutlass.const_expr(not self.clamp_edges):
+            return tAgA[(None, tile_m, None, batch)], tBgB[(None, tile_n, None, batch)]
+        mA_mkl, sA, mB_nkl, sB, cta_layout_mnk = operands
+        row = edge_origin(tile_m, self.tile_mnk[0], cute.size(mA_mkl, mode=[0]))
+        col = edge_origin(tile_n, self.tile_mnk[1], cute.size(mB_nkl, mode=[0]))
+        gA = cute.local_tile(
+            cute.domain_offset((row, 0, 0), mA_mkl),
+            cute.slice_(self.tile_mnk, (None, 0, None)),
+            (None, None, None),
+        )
+        gB = cute.local_tile(
+            cute.domain_offset((col, 0, 0), mB_nkl),
+            cute.slice_(self.tile_mnk, (0, None, None)),
+            (None, None, None),
+        )
+        # The same multicast slices as the whole-tensor partitions (the kernel's set-up).
+        _, tAgA_edge = cpasync.tma_partition(
+            tma_atom_a,
+            cluster_coord_mnk[1],
+            cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+            cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA, 0, 2),
+        )
+        _, tBgB_edge = cpasync.tma_partition(
+            tma_atom_b,
+            cluster_coord_mnk[0],
+            cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
+            cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2),
+        )
+        return tAgA_edge[(None, 0, None, batch)], tBgB_edge[(None, 0, None, batch)]
+
     @cute.jit
     def _produce_tiles(
         self,
@@ -980,6 +1027,7 @@ class HopperGemm(GroupedWalks):
         cluster_coord_mnk,
         raster_along_m: Int32,
         group_size: Int32,
+        operands,
     ):
         """Producer of the plain walk (one tile or split-K unit after another, tile_scheduler.py), with
         programmatic dependent launch: nothing the previous grid may write is read before
@@ -987,7 +1035,9 @@ class HopperGemm(GroupedWalks):
         declared not written by it: that operand's k-tiles of the first unit's first ring fill are
         loaded before the wait, so a grid launched early streams its weights while the previous one
         finishes. Every CTA of a cluster loads the same k-tiles early (they walk the same units), so
-        multicast stages fill as usual. Returns the advanced producer state."""
+        multicast stages fill as usual. Returns the advanced producer state. `operands`: (mA_mkl, sA,
+        mB_nkl, sB, cta_layout_mnk), for the partitions of edge tiles moved inside the tensors
+        (`_unit_operands`)."""
         walk = (k_tile_cnt, splits, clusters_m, clusters_n, raster_along_m, group_size, cluster_coord_mnk)
         early_a = Int32(0)
         early_b = Int32(0)
@@ -996,13 +1046,16 @@ class HopperGemm(GroupedWalks):
         if prefetch_operand != 0:
             if cluster_id < work_units:
                 tile_m, tile_n, batch, k_begin, k_end = self._plain_unit(cluster_id, *walk)
+                tAgA_k, tBgB_k = self._unit_operands(
+                    tma_atom_a, tAgA, tma_atom_b, tBgB, tile_m, tile_n, batch, cluster_coord_mnk, operands
+                )
                 count = cutlass.min(k_end - k_begin, self.ab_stages)
                 if prefetch_operand == 1:
                     early_a = count
                     self._load_early(
                         ab_pipeline,
                         tma_atom_a,
-                        tAgA[(None, tile_m, None, batch)],
+                        tAgA_k,
                         tAsA,
                         a_mcast_mask,
                         k_begin,
@@ -1013,7 +1066,7 @@ class HopperGemm(GroupedWalks):
                     self._load_early(
                         ab_pipeline,
                         tma_atom_b,
-                        tBgB[(None, tile_n, None, batch)],
+                        tBgB_k,
                         tBsB,
                         b_mcast_mask,
                         k_begin,
@@ -1023,14 +1076,17 @@ class HopperGemm(GroupedWalks):
         linear = cluster_id
         while linear < work_units:
             tile_m, tile_n, batch, k_begin, k_end = self._plain_unit(linear, *walk)
+            tAgA_k, tBgB_k = self._unit_operands(
+                tma_atom_a, tAgA, tma_atom_b, tBgB, tile_m, tile_n, batch, cluster_coord_mnk, operands
+            )
             producer_state = self._load_k_tiles(
                 ab_pipeline,
                 producer_state,
                 tma_atom_a,
-                tAgA[(None, tile_m, None, batch)],
+                tAgA_k,
                 tAsA,
                 tma_atom_b,
-                tBgB[(None, tile_n, None, batch)],
+                tBgB_k,
                 tBsB,
                 a_mcast_mask,
                 b_mcast_mask,
@@ -1237,9 +1293,11 @@ class HopperGemm(GroupedWalks):
                     splits,
                     tidx % self.tile_threads,
                 ):
-                    epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
+                    epi_buffer, c_count = self._epilogue(
+                        epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl
+                    )
             else:
-                epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count)
+                epi_buffer, c_count = self._epilogue(epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl)
             if cutlass.const_expr(self.pingpong):
                 # Both warpgroups write the same D staging buffers: drain this tile's stores before
                 # handing the epilogue to the other warpgroup, then skip its share of the pipelines.
@@ -1425,9 +1483,11 @@ class HopperGemm(GroupedWalks):
         `epi_buffer` is the next D staging buffer, `c_count` the number of C sub-tiles loaded before this
         tile (it gives the C buffers' mbarrier phases). Returns both, advanced past this tile.
 
-        Grouped (varlen M): the tile is tile_m of the group of rows [row_first, row_end) of D (`mD_mnl`,
-        the tensor itself), and every epilogue thread copies its 16-byte vectors of each staged sub-tile
-        to global memory, skipping rows at or past the group's end (a TMA store would write them). C
+        With edge clamping (`clamp_edges`), `mD_mnl` is D's TMA tensor and the tile is stored at its
+        `edge_origin` (where its operands were loaded from). Grouped (varlen M): the tile is tile_m of the
+        group of rows [row_first, row_end) of D (`mD_mnl`, the tensor itself), and every epilogue thread
+        copies its 16-byte vectors of each staged sub-tile to global memory, skipping rows at or past the
+        group's end (a TMA store would write them). C
         (`mC_mnl`, its TMA tensor) is loaded through its whole-tensor descriptor at the group's first row:
         rows past the group's end are read (the next group's, or zero-filled past C) but only feed rows
         that are never stored, as in the grouped A load.
@@ -1448,7 +1508,21 @@ class HopperGemm(GroupedWalks):
             rows_left = row_end - row_first - tile_m * self.tile_mnk[0]
             cols_left = cute.size(mD_mnl, mode=[1]) - tile_n * self.tile_mnk[1]
         else:
-            gD_tile = cute.zipped_divide(epi.gD_mnl[(None, None, tile_m, tile_n, batch)], self.epi_tile)
+            gD_tiles, tile_at = epi.gD_mnl, (tile_m, tile_n)
+            if cutlass.const_expr(self.clamp_edges):
+                # The tile's origin as its operands were loaded (`_unit_operands`).
+                origin = (
+                    edge_origin(tile_m, self.tile_mnk[0], cute.size(mD_mnl, mode=[0])),
+                    edge_origin(tile_n, self.tile_mnk[1], cute.size(mD_mnl, mode=[1])),
+                    0,
+                )
+                gD_tiles = cute.local_tile(
+                    cute.domain_offset(origin, mD_mnl),
+                    cute.slice_(self.tile_mnk, (None, None, 0)),
+                    (None, None, None),
+                )
+                tile_at = (0, 0)
+            gD_tile = cute.zipped_divide(gD_tiles[(None, None, *tile_at, batch)], self.epi_tile)
             bSG_sD, bSG_gD = cpasync.tma_partition(
                 epi.tma_atom_d,
                 0,

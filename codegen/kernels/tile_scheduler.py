@@ -67,6 +67,20 @@ def split_unit(linear: Int32, splits: Int32, k_tiles: Int32):
     return tile, split, split * k_tiles // splits, (split + 1) * k_tiles // splits
 
 
+def edge_origin(tile: Int32, size: int, extent: Int32):
+    """The first row (or column) that output tile `tile` of `size` rows covers along an extent of `extent`:
+    ``tile * size``, except that a tile reaching past the extent is moved back to end at it (``extent -
+    size``, or 0 when the extent is shorter than a tile), so that its operand boxes lie inside the tensor.
+
+    Why: TMA fills the out-of-bounds part of a box with zeros far slower than it loads in-bounds data
+    (H200, 2026-12-02: a swap-AB 64 x 128 tile at M = 257, whose last box along M holds one row, ran
+    41.8 µs against 21.5 at M = 256 and 21.6 at M = 384; docs/PERF.md session 19), and the CTA holding
+    that box sets the time of a one-wave problem. A moved tile overlaps its neighbour: both compute the
+    overlapping rows from the same operands in the same k order, so they store the same bits there
+    (tests/gpu/test_edge_tiles.py). The host needs no mirror: the grid and the walk do not change."""
+    return cutlass.max(cutlass.min(tile * size, extent - size), 0)
+
+
 def group_rows(seqlens, group: Int32, total_rows: Int32):
     """Grouped GEMM (varlen M): the first row and the end row of `group`, clamped to [0, total_rows] and
     to a non-negative size, so that a malformed `cu_seqlens_m` can never make the kernel touch a row
