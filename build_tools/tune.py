@@ -13,8 +13,10 @@ interrupted run resumes where it stopped (the default when --out exists: a run t
 table lacks, or holds without a time for an instance the wheel ships, `work_list`; `--retime` times them
 all again). At a point that only lacks instances added since, just those and the point's finalists are
 timed, and the point's other times are carried over on the new run's scale (`fill_candidates`,
-`merge_point`): adding a few instances costs a fraction of a full run. A progress line per point says how
-far it is and how long is left.
+`merge_point`): adding a few instances costs a fraction of a full run. Each point records which cubins
+its times were measured with (`kernels_digest` of its instances' cubin sha256s, since session 19); after a
+kernel change `--stale` also times again, in full, the points measured with other cubins (or that do not
+say), and resumes the same way. A progress line per point says how far it is and how long is left.
 
 The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
@@ -34,6 +36,8 @@ cost of one `gemm()` call against `torch.matmul` and of a cached `select()`.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib
 import json
 import math
 import os
@@ -215,9 +219,29 @@ def tuned_classes(args, combo: bench.Combo) -> list[tuple[str, str]]:
 
 def untimed(point: dict, shipped: set[str]) -> set[str]:
     """The instances of ``shipped`` (ids of one class) that a table point of that class holds no time for:
-    instances added since the point was timed. The lookup counts such an instance as slower than every
-    finalist there (runtime/tuning.py `estimate`), so it is never picked near the point."""
+    instances added since the point was timed. The lookup estimates such an instance from the points that
+    did time it (runtime/tuning.py `estimate`)."""
     return shipped - {t[0] for t in point["times"]}
+
+
+def cubin_hashes(hg) -> dict[str, str]:
+    """Instance id -> sha256 of its cubin, from the manifest the installed runtime launches from."""
+    manifest = importlib.import_module(hg.__name__ + ".state").runtime().manifest
+    return {iid: manifest.instances[iid].sha256 for iid in manifest.specs}
+
+
+def kernels_digest(ids, hashes: dict[str, str]) -> str:
+    """What a point's times were measured with: 16 hex digits of the sha256 over the cubin sha256s of the
+    instances ``ids`` that ``hashes`` (`cubin_hashes`) knows. A kernel change that alters any of their
+    cubins changes it; adding an instance to the matrix does not (that is `untimed`'s case)."""
+    lines = "".join(f"{iid} {hashes[iid]}\n" for iid in sorted(set(ids)) if iid in hashes)
+    return hashlib.sha256(lines.encode()).hexdigest()[:16]
+
+
+def stale(point: dict, hashes: dict[str, str]) -> bool:
+    """A point whose times were not measured with the installed cubins (or that does not say: points
+    timed before session 19, or carried over from stale times by `merge_point`)."""
+    return point.get("kernels") != kernels_digest((t[0] for t in point["times"]), hashes)
 
 
 def fill_candidates(point: dict | None, shipped: set[str], top: int) -> set[str]:
@@ -252,12 +276,16 @@ def merge_point(old: dict, new: dict) -> dict:
     return {**new, "times": sorted(new["times"] + carried, key=lambda t: t[3])}
 
 
-def work_list(args, classes: dict, shipped: dict | None = None) -> list[tuple[bench.Combo, bench.Shape]]:
+def work_list(
+    args, classes: dict, shipped: dict | None = None, hashes: dict | None = None
+) -> list[tuple[bench.Combo, bench.Shape]]:
     """The (combo, grid shape) pairs to time, in order: the chosen dtypes and classes, the M band (with
     --pdl at most PDL_M_MAX), and unless --retime only points that some chosen class lacks in ``classes``
     (the table's, by table key: `row_key`) or holds without a time for one of its instances in
     ``shipped`` (class key -> instance ids: what the installed wheel ships), so that after instances are
-    added a plain run times exactly the points that lack them, and an interrupted run resumes."""
+    added a plain run times exactly the points that lack them, and an interrupted run resumes. With
+    ``hashes`` (`cubin_hashes`: --stale) also the points timed with other cubins (`stale`): after a kernel
+    change, a run re-times exactly those, and resumes where a time limit stopped it."""
     done = set()
     if not args.retime:
         done = {
@@ -265,6 +293,7 @@ def work_list(args, classes: dict, shipped: dict | None = None) -> list[tuple[be
             for ck, pts in classes.items()
             for p in pts
             if not (shipped and untimed(p, shipped.get(ck.removesuffix(PDL_SUFFIX), set())))
+            and not (hashes is not None and stale(p, hashes))
         }
     m_max = min(args.m_max or PDL_M_MAX, PDL_M_MAX) if args.pdl else args.m_max
     work = [
@@ -310,7 +339,8 @@ def tune(args) -> int:
     shipped: dict[str, set[str]] = {}
     for inst in instances:
         shipped.setdefault(class_key(inst), set()).add(inst.id)
-    work = work_list(args, classes, shipped)
+    hashes = cubin_hashes(hg)
+    work = work_list(args, classes, shipped, hashes if args.stale else None)
     held_count = 0 if args.retime else sum(len(points) for points in classes.values())
     print(f"tune: {key}, {len(work)} points to time ({held_count} class points already in {args.out})")
     progress = Progress(len(work), "grid points")
@@ -321,6 +351,8 @@ def tune(args) -> int:
             todo = {}
             for ck, _ in tuned_classes(args, combo):
                 held = None if args.retime else held_point(classes.get(row_key(args, ck), ()), shape)
+                if args.stale and held is not None and stale(held, hashes):
+                    held = None  # timed with other cubins: all of it afresh
                 ids = fill_candidates(held, shipped.get(ck, set()), args.top)
                 if ids:  # none: this class is up to date here (another class of the combo is not)
                     todo[ck] = (held, ids)
@@ -332,8 +364,12 @@ def tune(args) -> int:
                     continue
                 point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
                 held = todo[ck][0]
+                fresh = held is None or not stale(held, hashes)  # carried-over times stay stale
                 if held is not None:
                     point = merge_point(held, point)
+                if fresh:  # ordered as runtime/tuning.py `Point.to_json` writes a point
+                    times = point.pop("times")
+                    point.update(kernels=kernels_digest((t[0] for t in times), hashes), times=times)
                 pts = classes.setdefault(row_key(args, ck), [])
                 pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
                 pts.sort(key=lambda p: (p["n"], p["k"], p["m"]))
@@ -600,6 +636,12 @@ def parse_args(argv: list[str]):
     p.add_argument("--m-min", type=int, default=0, help="tune: only grid points with M >= this")
     p.add_argument(
         "--retime", action="store_true", help="tune: time points again that the table already holds"
+    )
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help="tune: also time again the points the table holds from other cubins (after a kernel change; "
+        "resumable)",
     )
     p.add_argument(
         "--suite",

@@ -6,8 +6,11 @@ it is committed as runtime/tuning.json and ships in the wheel beside this module
     {"format": "hgemm-sm90-tuning", "version": 1, "grid": {...how the points were drawn...},
      "gpus": {"NVIDIA H200/132": {"measured": {...date, command, versions...},
                                   "classes": {"bf16_bf16_bf16_kkn": [POINT, ...], ...}}}}
-    POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2,
+    POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2, "finalists": 4, "kernels": "<16 hex>",
              "times": [["<instance id>", raster_along_m or null, group_size or null, us], ...]}
+
+``kernels`` (optional) names the cubins the times were measured with (build_tools/tune.py
+`kernels_digest`); the lookup ignores it, `python -m build_tools.tune --stale` reads it.
 
 A class key may end in ``@pdl`` (`PDL_SUFFIX`): that class's rows timed in chains of launches with
 programmatic dependent launch (``pdl=True, b_ready=True``), for decode sizes only (M up to
@@ -95,16 +98,23 @@ class Point:
     times: tuple[tuple[Candidate, float], ...]
     cublas_us: float | None = None
     finalists: int | None = None  # how many of the fastest entries were re-timed in full rounds
+    # Which cubins the times were measured with: a digest of the timed instances' cubin sha256s
+    # (build_tools/tune.py `kernels_digest`), so `tune --stale` finds the points a kernel change made stale.
+    # None: not recorded (points timed before session 19), or carried over from stale times.
+    kernels: str | None = None
 
     def to_json(self) -> dict:
-        return {
+        doc = {
             "m": self.m,
             "n": self.n,
             "k": self.k,
             "cublas_us": None if self.cublas_us is None else round(self.cublas_us, 3),
             "finalists": self.finalists,
-            "times": [c.to_json(us) for c, us in self.times],
         }
+        if self.kernels is not None:
+            doc["kernels"] = self.kernels
+        doc["times"] = [c.to_json(us) for c, us in self.times]
+        return doc
 
     @classmethod
     def from_json(cls, doc, where: str, candidates: dict | None = None) -> Point:
@@ -129,7 +139,12 @@ class Point:
             finalists = doc.get("finalists")
             if finalists is not None and (type(finalists) is not int or not 0 <= finalists <= len(times)):
                 raise ValueError("bad finalists count")
-            return cls(*dims, tuple(sorted(times, key=lambda t: t[1])), doc.get("cublas_us"), finalists)
+            kernels = doc.get("kernels")
+            if kernels is not None and type(kernels) is not str:
+                raise ValueError("bad kernels digest")
+            return cls(
+                *dims, tuple(sorted(times, key=lambda t: t[1])), doc.get("cublas_us"), finalists, kernels
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(f"tuning table point {where} is malformed ({e})") from None
 

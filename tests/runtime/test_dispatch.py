@@ -85,6 +85,9 @@ def test_table_refuses_malformed_documents(tmp_path):
     bad = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {"X/1": {"classes": {"c": [{"m": 0}]}}}}
     with pytest.raises(CorruptArtifactError, match="malformed"):
         tuning.TuningTable.from_json(bad)
+    point = {"m": 1, "n": 1, "k": 1, "kernels": 5, "times": [[A, None, None, 1.0]]}  # a digest is a string
+    with pytest.raises(CorruptArtifactError, match="malformed"):
+        tuning.TuningTable.from_json({**bad, "gpus": {"X/1": {"classes": {"c": [point]}}}})
     with pytest.raises(CorruptArtifactError, match="version-1"):
         tuning.TuningTable.from_json({"format": "something else"})
     path = tmp_path / "t.json"

@@ -187,8 +187,62 @@ def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(t
     monkeypatch.setattr(bench, "nvidia_smi", lambda uuid: {})
     monkeypatch.setattr(bench, "warm_up_clocks", lambda torch, seconds: None)
     monkeypatch.setattr(bench, "bench_shape", bench_shape)
+    monkeypatch.setattr(tune, "cubin_hashes", lambda hg: HASHES)
     assert tune.tune(tune.parse_args(["--out", str(out), "--dtype", "bf16", "--limit", "1"])) == 0
     assert timed == [{"new", "a", "b"}]
     (point,) = [p for p in json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key] if p["m"] == shape.m]
     assert [t[0] for t in point["times"]] == ["new", "a", "b", "c"]
     assert point["times"][3][3] == pytest.approx(15.4)  # c carried over on this run's scale
+    # The old point did not say which cubins it was timed with, so c's carried time may be stale: the
+    # merged point does not claim the installed cubins, and `--stale` would time it again.
+    assert "kernels" not in point
+
+    # --stale: the whole point afresh, stamped with the installed cubins; then nothing is left to time.
+    timed.clear()
+    stale_run = ["--out", str(out), "--dtype", "bf16", "--stale", "--limit", "1"]  # the grid's first: shape
+    us_all = {"a": 11.0, "b": 12.1, "c": 15.0, "new": 9.0}
+
+    def bench_all(torch, hg, s, combo, cands, args, stream, env):
+        timed.append({i.id for i in cands})
+        runners = [{"kind": "hgemm", "series": "", "name": i.id, "median_ms": us_all[i.id] / 1e3,
+                    "screen_ms": [us_all[i.id] / 1e3], "error": None} for i in cands]  # fmt: skip
+        return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.01}]}
+
+    monkeypatch.setattr(bench, "bench_shape", bench_all)
+    assert tune.tune(tune.parse_args(stale_run)) == 0
+    assert timed == [{"a", "b", "c", "new"}]
+    (point,) = json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key]
+    assert point["kernels"] == tune.kernels_digest(["a", "b", "c", "new"], HASHES)
+    assert list(point) == ["m", "n", "k", "cublas_us", "finalists", "kernels", "times"]  # as Point.to_json
+    assert tune.tune(tune.parse_args(stale_run)) == 0  # the point is fresh now: the grid's next one is timed
+    points = json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key]
+    assert len(points) == 2 and point in points
+
+
+HASHES = {i: f"{n:064x}" for n, i in enumerate(("a", "b", "c", "new"))}
+
+
+def test_the_kernels_digest_changes_with_a_timed_cubin_not_with_an_added_instance():
+    base = tune.kernels_digest(["a", "b"], HASHES)
+    assert tune.kernels_digest(["b", "a", "a"], HASHES) == base  # a set of instances, in any order
+    assert tune.kernels_digest(["a", "b"], {**HASHES, "new": "f" * 64}) == base
+    assert tune.kernels_digest(["a", "b"], {**HASHES, "b": "f" * 64}) != base
+    point = {"m": 1, "n": 2, "k": 3, "times": [["a", None, None, 1.0], ["b", None, None, 2.0]]}
+    assert tune.stale(point, HASHES)  # says nothing: stale
+    assert not tune.stale({**point, "kernels": base}, HASHES)
+    assert tune.stale({**point, "kernels": base}, {**HASHES, "a": "e" * 64})
+
+
+def test_stale_points_are_worked_only_with_the_stale_flag():
+    shapes = [s for s in tune.grid() if s.m >= 256][:2]
+    key = "bf16_bf16_bf16_kkn"
+    times = [["a", None, None, 1.0]]
+    old = {"m": shapes[1].m, "n": shapes[1].n, "k": shapes[1].k, "times": times}
+    fresh = {"m": shapes[0].m, "n": shapes[0].n, "k": shapes[0].k, "times": times}
+    fresh["kernels"] = tune.kernels_digest(["a"], HASHES)
+    classes = {key: [fresh, old]}
+    args = tune.parse_args(["--dtype", "bf16", "--class", key, "--m-min", "256", "--stale"])
+    work = [s for _, s in tune.work_list(args, classes, {key: {"a"}}, HASHES)]
+    assert shapes[1] in work and shapes[0] not in work
+    work = [s for _, s in tune.work_list(args, classes, {key: {"a"}})]  # no hashes: neither is stale
+    assert shapes[0] not in work and shapes[1] not in work
