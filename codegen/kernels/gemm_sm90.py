@@ -604,20 +604,8 @@ class HopperGemm(GroupedWalks):
         # TMA partitions; with multicast each CTA of a cluster row/column loads its slice of the tile.
         tAsA, tAgA = None, None
         if cutlass.const_expr(not self.gather_a):
-            tAsA, tAgA = cpasync.tma_partition(
-                tma_atom_a,
-                cluster_coord_mnk[1],
-                cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-                cute.group_modes(sA, 0, 2),
-                cute.group_modes(gA_mkl, 0, 2),
-            )
-        tBsB, tBgB = cpasync.tma_partition(
-            tma_atom_b,
-            cluster_coord_mnk[0],
-            cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
-            cute.group_modes(sB, 0, 2),
-            cute.group_modes(gB_nkl, 0, 2),
-        )
+            tAsA, tAgA = self._operand_tiles(tma_atom_a, gA_mkl, sA, "a", cta_layout_mnk, cluster_coord_mnk)
+        tBsB, tBgB = self._operand_tiles(tma_atom_b, gB_nkl, sB, "b", cta_layout_mnk, cluster_coord_mnk)
 
         k_tile_cnt = cute.size(gA_mkl, mode=[3])
 
@@ -976,32 +964,34 @@ class HopperGemm(GroupedWalks):
         mA_mkl, sA, mB_nkl, sB, cta_layout_mnk = operands
         row = edge_origin(tile_m, self.tile_mnk[0], cute.size(mA_mkl, mode=[0]))
         col = edge_origin(tile_n, self.tile_mnk[1], cute.size(mB_nkl, mode=[0]))
-        gA = cute.local_tile(
-            cute.domain_offset((row, 0, 0), mA_mkl),
-            cute.slice_(self.tile_mnk, (None, 0, None)),
-            (None, None, None),
-        )
-        gB = cute.local_tile(
-            cute.domain_offset((col, 0, 0), mB_nkl),
-            cute.slice_(self.tile_mnk, (0, None, None)),
-            (None, None, None),
-        )
-        # The same multicast slices as the whole-tensor partitions (the kernel's set-up).
-        _, tAgA_edge = cpasync.tma_partition(
-            tma_atom_a,
-            cluster_coord_mnk[1],
-            cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-            cute.group_modes(sA, 0, 2),
-            cute.group_modes(gA, 0, 2),
-        )
-        _, tBgB_edge = cpasync.tma_partition(
-            tma_atom_b,
-            cluster_coord_mnk[0],
-            cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
-            cute.group_modes(sB, 0, 2),
-            cute.group_modes(gB, 0, 2),
-        )
+        gA = self._tiles_from(mA_mkl, "a", row)
+        gB = self._tiles_from(mB_nkl, "b", col)
+        _, tAgA_edge = self._operand_tiles(tma_atom_a, gA, sA, "a", cta_layout_mnk, cluster_coord_mnk)
+        _, tBgB_edge = self._operand_tiles(tma_atom_b, gB, sB, "b", cta_layout_mnk, cluster_coord_mnk)
         return tAgA_edge[(None, 0, None, batch)], tBgB_edge[(None, 0, None, batch)]
+
+    def _tiles_from(self, tensor, operand: str, first_row):
+        """Operand "a"'s (M x K) or "b"'s (N x K) global tiles, (rows, bK, row tiles, k-tiles, L), with the
+        tensor's rows counted from `first_row` (a group's first row, an edge tile's origin). Traced inline."""
+        tile_slice = (None, 0, None) if operand == "a" else (0, None, None)
+        return cute.local_tile(
+            cute.domain_offset((first_row, 0, 0), tensor),
+            cute.slice_(self.tile_mnk, tile_slice),
+            (None, None, None),
+        )
+
+    def _operand_tiles(self, tma_atom, tiles, smem, operand: str, cta_layout_mnk, cluster_coord_mnk):
+        """The TMA partition (smem stages, global tiles) of operand "a" or "b" for this CTA: with multicast,
+        the CTAs sharing a tile (a cluster row for A, a column for B) each load their slice of it. `tiles`:
+        the operand's global tiles (`cute.local_tile`, or `_tiles_from`). Traced inline."""
+        a = operand == "a"
+        return cpasync.tma_partition(
+            tma_atom,
+            cluster_coord_mnk[1] if a else cluster_coord_mnk[0],
+            cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0) if a else (None, 0, 0)).shape),
+            cute.group_modes(smem, 0, 2),
+            cute.group_modes(tiles, 0, 2),
+        )
 
     @cute.jit
     def _produce_tiles(

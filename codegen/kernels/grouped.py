@@ -92,17 +92,9 @@ class GroupedWalks:
                 raster_along_m,
                 group_size,
             )
-            gA_group = cute.local_tile(
-                cute.domain_offset((row_first, 0, 0), mA_mkl),
-                cute.slice_(self.tile_mnk, (None, 0, None)),
-                (None, None, None),
-            )
-            _, tAgA_group = cpasync.tma_partition(
-                tma_atom_a,
-                cluster_coord_mnk[1],
-                cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-                cute.group_modes(sA, 0, 2),
-                cute.group_modes(gA_group, 0, 2),
+            gA_group = self._tiles_from(mA_mkl, "a", row_first)
+            _, tAgA_group = self._operand_tiles(
+                tma_atom_a, gA_group, sA, "a", cta_layout_mnk, cluster_coord_mnk
             )
             producer_state = self._load_k_tiles(
                 ab_pipeline,
