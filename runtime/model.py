@@ -16,7 +16,7 @@ class, so only differences between instances matter; absolute numbers are rough.
   and an epilogue that writes the tile (ping-pong overlaps it with the other warpgroup's mainloop);
 - split-K instances: the tiles times the launch's default split count (runtime/scheduling.py) are the
   units, each running its share of the k-loop and writing an fp32 partial tile that the tile's last unit
-  reads back with the others';
+  reads back with the others', plus a fixed cost per unit for that hand-over (`SPLIT_UNIT_S`);
 - a floor: every byte of A, B and D crosses HBM once (an operand re-read in part when the other's short
   side spans a few tiles, `REREAD_SHARE`), at the rate the active SMs can pull together
   (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach);
@@ -57,6 +57,14 @@ REREAD_TILES = 4
 # scale at which re-reads start to cost, not as a bandwidth. There they took 1.8x their time at 192 x 2048 x
 # 8192 where the k-loop alone predicts 1.4x, and select() took them over split-K 128 x 128, 1.37x faster.
 L2_BYTES_PER_S = 7e12
+# A split-K unit's fixed cost beyond a plain tile's: the tile's last unit waits on its arrival counter for
+# the others and then reduces their partials, a tail that a shorter k-range does not shorten. Fitted, not
+# measured: leave-one-column-out over the seven tuned classes peaks at 2-3 µs (0.963 -> 0.972; rows 0.984
+# -> 0.987; docs/DISPATCH.md, session 20). Without it the model carried split-K times across K as if a
+# unit's time fell with its k-range alone: e4m3 fast 202 x 1152 x 4608 picked swap-AB 64 x 128 split-K,
+# measured at 0.78x of the fastest shipped instance, because its grid neighbours (M = 192, K = 7168) ran
+# 14 k-steps per unit and the problem 6 (9.05 µs where 12.5 at the neighbour: 0.72x, the model said 0.54x).
+SPLIT_UNIT_S = 2.5e-6
 
 # Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
 # loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
@@ -115,8 +123,8 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
         epilogue += tm * tn * spec.c_dtype.bytes / SM_STREAM_BYTES_PER_S
     if spec.schedule == Schedule.pingpong and waves > 1:
         epilogue *= 0.25  # the other warpgroup's mainloop hides most of it
-    if splits > 1:  # every unit writes its fp32 partial; the last one reads all of them
-        epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S
+    if splits > 1:  # every unit writes its fp32 partial; the last one waits for and reads all of them
+        epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S + SPLIT_UNIT_S
     per_tile = TILE_FILL_S + steps * step + epilogue
     # Each extra tile along a short side (up to REREAD_TILES) streams the other operand again, partly from
     # L2: a swap-AB 64 x 8 tile at M = 16 (two tiles) took 1.15-1.26x its M = 8 time (the table's rows).

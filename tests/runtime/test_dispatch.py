@@ -452,6 +452,16 @@ def test_re_read_operands_cost_l2_time(catalog_rt):
     assert spec.k_split.value == "split" and spec.tile[:2] == (128, 128), spec.name()
 
 
+def test_a_short_k_is_not_split_on_the_strength_of_a_longer_one(catalog_rt):
+    """e4m3 fast 202 x 1152 x 4608 (held-out seed 2020, off the grid): its neighbours on the 2112 x 7168 and
+    2048 x 8192 columns run 14 k-steps per split unit, the problem 6. Measured on the H200 (docs/PERF.md,
+    session 20): the swap-AB 64 x 128 split-K tile that select() took there ran 9.05 µs, 0.78x of the fastest
+    shipped instance (swap-AB 64 x 32, unsplit); a split unit's fixed cost (runtime/model.py
+    `SPLIT_UNIT_S`) keeps the model from scaling its neighbours' times down with the k-range alone."""
+    choice = select(202, 1152, 4608, a_dtype="e4m3", d_dtype="bf16", fp8_fast_accum=True, gpu="H200")
+    assert GemmSpec.parse(choice.instance_id).k_split.value == "none", choice.instance_id
+
+
 def test_m_just_above_256_takes_a_swap_ab_128_row_tile(catalog_rt):
     """266 x 10880 x 2560 (a held-out shape, off the grid): a 128-row tile computes 384 rows there, three
     96-column swap-AB tiles 288. Measured on the H200 (docs/PERF.md, session 15): the swap-AB 128 x 96 pair
