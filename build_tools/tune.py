@@ -14,9 +14,10 @@ table lacks, or holds without a time for an instance the wheel ships, `work_list
 all again). At a point that only lacks instances added since, just those and the point's finalists are
 timed, and the point's other times are carried over on the new run's scale (`fill_candidates`,
 `merge_point`): adding a few instances costs a fraction of a full run. Each point records which cubins
-its times were measured with (`kernels_digest` of its instances' cubin sha256s, since session 19); after a
-kernel change `--stale` also times again, in full, the points measured with other cubins (or that do not
-say), and resumes the same way. A progress line per point says how far it is and how long is left.
+its times were measured with (runtime/tuning.py `kernels_digest` of its instances' cubin sha256s, since
+session 19); after a kernel change `--stale` also times again, in full, the points measured with other
+cubins (or that do not say), and resumes the same way. A progress line per point says how far it is and
+how long is left.
 
 The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
@@ -36,7 +37,6 @@ cost of one `gemm()` call against `torch.matmul` and of a cached `select()`.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import json
 import math
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_tools import bench
-from runtime.tuning import PDL_SUFFIX
+from runtime.tuning import PDL_SUFFIX, kernels_digest
 
 GRID_M = (
     1,
@@ -228,14 +228,6 @@ def cubin_hashes(hg) -> dict[str, str]:
     """Instance id -> sha256 of its cubin, from the manifest the installed runtime launches from."""
     manifest = importlib.import_module(hg.__name__ + ".state").runtime().manifest
     return {iid: manifest.instances[iid].sha256 for iid in manifest.specs}
-
-
-def kernels_digest(ids, hashes: dict[str, str]) -> str:
-    """What a point's times were measured with: 16 hex digits of the sha256 over the cubin sha256s of the
-    instances ``ids`` that ``hashes`` (`cubin_hashes`) knows. A kernel change that alters any of their
-    cubins changes it; adding an instance to the matrix does not (that is `untimed`'s case)."""
-    lines = "".join(f"{iid} {hashes[iid]}\n" for iid in sorted(set(ids)) if iid in hashes)
-    return hashlib.sha256(lines.encode()).hexdigest()[:16]
 
 
 def stale(point: dict, hashes: dict[str, str]) -> bool:

@@ -1,7 +1,8 @@
 """``python -m hgemm_sm90 doctor`` (runtime/cli.py parses the command line): every link of the chain a
 launch depends on, each reported OK / WARN / FAIL / INFO with the fix: versions, knobs, driver, GPUs,
 manifest, cubin integrity (every sha256), the driver version the kernels need, the tuning table's coverage
-of this machine's GPUs, and one real kernel load per GPU. It reports rather than stops, so it says as much
+of this machine's GPUs and whether its points were timed with the installed cubins, and one real kernel
+load per GPU. It reports rather than stops, so it says as much
 as it can on a machine without a driver or GPU; the exit status is 1 if any check failed.
 """
 
@@ -303,11 +304,24 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
             fix="install a wheel built from the repository (it ships runtime/tuning.json)",
         )
         return
+    # Which cubins each point was timed with (runtime/tuning.py `kernels_digest`), against the manifest's.
+    fresh = table.freshness({iid: rec.sha256 for iid, rec in catalog.instances.items()}) if catalog else {}
     covered = [
         f"{g}: {_n(len(classes), 'class', 'classes')}, {_n(sum(classes.values()), 'grid point')}"
+        + (f"; {_timed_with(fresh[g])}" if g in fresh else "")
         for g, classes in sorted(summary.items())
     ]
     report.add("OK", "tuning", f"table {table.path}", covered or ["(covers no GPU)"])
+    for g, f in sorted(fresh.items()):
+        if f.stale:
+            report.add(
+                "WARN",
+                "tuning",
+                f"{g}: {_n(f.stale, 'grid point')} timed with other cubins than the installed ones (a kernel "
+                "changed after the table was measured): select() still uses those times, which may "
+                "misjudge the changed instances",
+                fix="re-time them on that GPU: python -m build_tools.tune --stale (docs/DISPATCH.md)",
+            )
     shipped = {ProblemClass.of(spec).key for spec in catalog.specs.values()} if catalog else set()
     if gpus is None or not gpus:
         report.add(
@@ -336,6 +350,16 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
                 "dispatch",
                 f"{key} (device {ordinals}): not in the table, dispatch falls back to the model",
             )
+
+
+def _timed_with(f) -> str:
+    """One GPU's `tuning.Freshness` in words."""
+    parts = [f"{f.fresh} timed with the installed cubins"]
+    if f.stale:
+        parts.append(f"{f.stale} with other cubins")
+    if f.unknown:
+        parts.append(f"{f.unknown} without a record of them or naming instances not installed")
+    return ", ".join(parts)
 
 
 def _sample_spec(catalog):

@@ -9,8 +9,9 @@ it is committed as runtime/tuning.json and ships in the wheel beside this module
     POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2, "finalists": 4, "kernels": "<16 hex>",
              "times": [["<instance id>", raster_along_m or null, group_size or null, us], ...]}
 
-``kernels`` (optional) names the cubins the times were measured with (build_tools/tune.py
-`kernels_digest`); the lookup ignores it, `python -m build_tools.tune --stale` reads it.
+``kernels`` (optional) names the cubins the times were measured with (`kernels_digest`); the lookup
+ignores it, `python -m build_tools.tune --stale` re-times the points whose cubins changed, and
+`python -m hgemm_sm90 doctor` reports them (`TuningTable.freshness`).
 
 A class key may end in ``@pdl`` (`PDL_SUFFIX`): that class's rows timed in chains of launches with
 programmatic dependent launch (``pdl=True, b_ready=True``), for decode sizes only (M up to
@@ -47,6 +48,7 @@ other layers of its group size.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -99,8 +101,9 @@ class Point:
     cublas_us: float | None = None
     finalists: int | None = None  # how many of the fastest entries were re-timed in full rounds
     # Which cubins the times were measured with: a digest of the timed instances' cubin sha256s
-    # (build_tools/tune.py `kernels_digest`), so `tune --stale` finds the points a kernel change made stale.
-    # None: not recorded (points timed before session 19), or carried over from stale times.
+    # (`kernels_digest`), so `tune --stale` finds the points a kernel change made stale.
+    # None: not recorded (points timed before session 19, the grouped classes' points), or carried over
+    # from stale times.
     kernels: str | None = None
 
     def to_json(self) -> dict:
@@ -147,6 +150,24 @@ class Point:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(f"tuning table point {where} is malformed ({e})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """`TuningTable.freshness` for one GPU: point counts by what their ``kernels`` record says."""
+
+    fresh: int  # timed with the installed cubins
+    stale: int  # timed with other cubins of the same instances
+    unknown: int  # no record, or names an instance this installation lacks
+
+
+def kernels_digest(ids, hashes: dict[str, str]) -> str:
+    """What a point's times were measured with: 16 hex digits of the sha256 over the cubin sha256s of the
+    instances ``ids`` that ``hashes`` (instance id -> cubin sha256) knows. A kernel change that alters any
+    of their cubins changes it; adding an instance to the matrix does not (build_tools/tune.py times the
+    new instance at the points that lack it)."""
+    lines = "".join(f"{iid} {hashes[iid]}\n" for iid in sorted(set(ids)) if iid in hashes)
+    return hashlib.sha256(lines.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +280,26 @@ class TuningTable:
     def summary(self) -> dict[str, dict[str, int]]:
         """GPU key -> class key -> number of grid points."""
         return {g: {c: len(pts) for c, pts in classes.items()} for g, classes in self.gpus.items()}
+
+    def freshness(self, hashes: dict[str, str]) -> dict[str, Freshness]:
+        """GPU key -> how many of its points were timed with the cubins ``hashes`` names (instance id ->
+        cubin sha256: the installed manifest's), with other cubins (a kernel changed since: the lookup
+        still uses those times, but they may misjudge the instances that changed), or cannot say: no
+        record, or an instance this installation lacks (a table from a larger build)."""
+        out = {}
+        for gkey, classes in self.gpus.items():
+            fresh = stale = unknown = 0
+            for points in classes.values():
+                for p in points:
+                    ids = {c.instance_id for c, _ in p.times}
+                    if p.kernels is None or not ids <= hashes.keys():
+                        unknown += 1
+                    elif p.kernels == kernels_digest(ids, hashes):
+                        fresh += 1
+                    else:
+                        stale += 1
+            out[gkey] = Freshness(fresh, stale, unknown)
+        return out
 
     def instance_ids(self) -> set[str]:
         """Every instance id the table names (build_tools/regen.py checks them against the matrix)."""

@@ -480,8 +480,10 @@ def test_doctor_reports_a_bad_knob_and_checks_the_rest(monkeypatch, kdir, capsys
     assert state._default is None  # the stand-in runtime was only installed while doctor ran
 
 
-def _table(gpu_key: str, class_key: str, iid: str) -> tuning.TuningTable:
+def _table(gpu_key: str, class_key: str, iid: str, kernels: str | None = None) -> tuning.TuningTable:
     point = {"m": 4096, "n": 4096, "k": 4096, "cublas_us": 200.0, "times": [[iid, True, 8, 190.0]]}
+    if kernels is not None:
+        point["kernels"] = kernels
     doc = {
         "format": tuning.FORMAT,
         "version": tuning.VERSION,
@@ -498,6 +500,29 @@ def test_doctor_says_when_dispatch_uses_the_table(cli_rt, monkeypatch, capsys):
     assert "table /somewhere/tuning.json" in out and "NVIDIA H200/132: 1 class, 1 grid point" in out
     assert "NVIDIA H200/132 (device 0): dispatch uses the table for 1 of the 5 shipped classes" in out
     assert f"runs {iid}" in out and "chosen by the table" in out
+
+
+def test_doctor_says_which_cubins_the_table_was_timed_with(cli_rt, monkeypatch, capsys):
+    """A point stamped with the installed cubin passes; one stamped with another cubin of the same instance
+    (a kernel changed after the table was measured) is a warning that names the re-timing command."""
+    iid = spec((1, 1)).id
+    digest = tuning.kernels_digest([iid], {iid: cli_rt.manifest.instances[iid].sha256})
+    monkeypatch.setattr(
+        tuning, "shipped_table", lambda: _table("NVIDIA H200/132", "bf16_bf16_bf16_kkn", iid, digest)
+    )
+    rc, out, _ = run(capsys, "doctor")
+    assert rc == 0 and statuses(out)["tuning"] == ["OK"]
+    assert "NVIDIA H200/132: 1 class, 1 grid point; 1 timed with the installed cubins" in out
+
+    other = tuning.kernels_digest([iid], {iid: "0" * 64})
+    monkeypatch.setattr(
+        tuning, "shipped_table", lambda: _table("NVIDIA H200/132", "bf16_bf16_bf16_kkn", iid, other)
+    )
+    rc, out, _ = run(capsys, "doctor")
+    assert rc == 0 and statuses(out)["tuning"] == ["OK", "WARN"]
+    assert "0 timed with the installed cubins, 1 with other cubins" in out
+    assert "1 grid point timed with other cubins than the installed ones" in out
+    assert "python -m build_tools.tune --stale" in out
 
 
 def test_doctor_says_when_dispatch_falls_back_to_the_model(cli_rt, monkeypatch, capsys):

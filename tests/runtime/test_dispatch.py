@@ -452,6 +452,33 @@ def test_re_read_operands_cost_l2_time(catalog_rt):
     assert spec.k_split.value == "split" and spec.tile[:2] == (128, 128), spec.name()
 
 
+def test_freshness_counts_points_by_the_cubins_they_were_timed_with():
+    hashes = {"a": "1" * 64, "b": "2" * 64}
+    here = tuning.kernels_digest(["a", "b"], hashes)
+    elsewhere = tuning.kernels_digest(["a", "b"], {**hashes, "b": "3" * 64})  # b's kernel changed since
+
+    def point(m, ids, kernels):
+        doc = {"m": m, "n": 8, "k": 8, "times": [[i, None, None, 1.0 + j] for j, i in enumerate(ids)]}
+        return doc if kernels is None else {**doc, "kernels": kernels}
+
+    points = [
+        point(1, ["a", "b"], here),
+        point(2, ["b", "a"], here),  # the digest is over the set of timed instances
+        point(3, ["a", "b"], elsewhere),
+        point(4, ["a", "b"], None),  # no record
+        point(
+            5, ["a", "b", "c"], tuning.kernels_digest(["a", "b", "c"], {**hashes, "c": "4" * 64})
+        ),  # c: not here
+    ]
+    doc = {
+        "format": tuning.FORMAT,
+        "version": tuning.VERSION,
+        "gpus": {"G/1": {"classes": {"x_kkn": points}}},
+    }
+    table = tuning.TuningTable.from_json(doc)
+    assert table.freshness(hashes) == {"G/1": tuning.Freshness(fresh=2, stale=1, unknown=2)}
+
+
 def test_a_short_k_is_not_split_on_the_strength_of_a_longer_one(catalog_rt):
     """e4m3 fast 202 x 1152 x 4608 (held-out seed 2020, off the grid): its neighbours on the 2112 x 7168 and
     2048 x 8192 columns run 14 k-steps per split unit, the problem 6. Measured on the H200 (docs/PERF.md,

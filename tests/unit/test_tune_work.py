@@ -11,7 +11,7 @@ from build_tools import tune
 from codegen.matrix import load_matrix
 from runtime.dispatch import ProblemClass
 from runtime.spec import GemmSpec
-from runtime.tuning import PDL_SUFFIX, is_grouped_key, shipped_path
+from runtime.tuning import PDL_SUFFIX, is_grouped_key, kernels_digest, shipped_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -212,7 +212,7 @@ def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(t
     assert tune.tune(tune.parse_args(stale_run)) == 0
     assert timed == [{"a", "b", "c", "new"}]
     (point,) = json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key]
-    assert point["kernels"] == tune.kernels_digest(["a", "b", "c", "new"], HASHES)
+    assert point["kernels"] == kernels_digest(["a", "b", "c", "new"], HASHES)
     assert list(point) == ["m", "n", "k", "cublas_us", "finalists", "kernels", "times"]  # as Point.to_json
     assert tune.tune(tune.parse_args(stale_run)) == 0  # the point is fresh now: the grid's next one is timed
     points = json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key]
@@ -223,10 +223,10 @@ HASHES = {i: f"{n:064x}" for n, i in enumerate(("a", "b", "c", "new"))}
 
 
 def test_the_kernels_digest_changes_with_a_timed_cubin_not_with_an_added_instance():
-    base = tune.kernels_digest(["a", "b"], HASHES)
-    assert tune.kernels_digest(["b", "a", "a"], HASHES) == base  # a set of instances, in any order
-    assert tune.kernels_digest(["a", "b"], {**HASHES, "new": "f" * 64}) == base
-    assert tune.kernels_digest(["a", "b"], {**HASHES, "b": "f" * 64}) != base
+    base = kernels_digest(["a", "b"], HASHES)
+    assert kernels_digest(["b", "a", "a"], HASHES) == base  # a set of instances, in any order
+    assert kernels_digest(["a", "b"], {**HASHES, "new": "f" * 64}) == base
+    assert kernels_digest(["a", "b"], {**HASHES, "b": "f" * 64}) != base
     point = {"m": 1, "n": 2, "k": 3, "times": [["a", None, None, 1.0], ["b", None, None, 2.0]]}
     assert tune.stale(point, HASHES)  # says nothing: stale
     assert not tune.stale({**point, "kernels": base}, HASHES)
@@ -239,7 +239,7 @@ def test_stale_points_are_worked_only_with_the_stale_flag():
     times = [["a", None, None, 1.0]]
     old = {"m": shapes[1].m, "n": shapes[1].n, "k": shapes[1].k, "times": times}
     fresh = {"m": shapes[0].m, "n": shapes[0].n, "k": shapes[0].k, "times": times}
-    fresh["kernels"] = tune.kernels_digest(["a"], HASHES)
+    fresh["kernels"] = kernels_digest(["a"], HASHES)
     classes = {key: [fresh, old]}
     args = tune.parse_args(["--dtype", "bf16", "--class", key, "--m-min", "256", "--stale"])
     work = [s for _, s in tune.work_list(args, classes, {key: {"a"}}, HASHES)]
