@@ -15,6 +15,13 @@ offline judge for changes to the lookup or the cost model (docs/DISPATCH.md); th
 `python -m build_tools.tune evaluate` on held-out shapes. `--set NAME=VALUE` scores with one of
 runtime/model.py's constants changed (how its fitted constants were chosen, e.g. `--rows --set
 L2_BYTES_PER_S=9e12`); the last line is the geomean of the class geomeans, the figure such a fit compares.
+
+With --held-out FILE..., the judge is measured shapes off the grid instead: every (class, shape) of an
+evaluate JSON (`python -m build_tools.tune evaluate --json`, whose verdicts record every instance's time
+since session 20) or of a bench JSON (`python -m build_tools.bench --json`, every instance timed with
+--top), looked up in the whole table and scored among the instances timed there. So a change to the
+lookup or the model is judged on past GPU draws, picks that the draw's own run did not make included,
+before a GPU confirms it.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime import model
-from runtime.tuning import TuningTable, is_grouped_key, shipped_path
+from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, shipped_path
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,82 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
         picked = pick.instance_id if pick else fastest
         got = times.get(picked, max(times.values()))
         out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
+    return out
+
+
+@dataclass(frozen=True)
+class HeldOutCase:
+    """One measured (class, shape) off the grid: every instance's time there, µs."""
+
+    cls: str
+    m: int
+    n: int
+    k: int
+    times: dict[str, float]
+    pdl: bool = False  # timed in PDL chains (`evaluate --pdl`): looked up in the class's PDL rows
+
+
+def held_out_cases(doc: dict) -> list[HeldOutCase]:
+    """The cases of an evaluate JSON (its verdicts that record `times`) or a bench JSON (per result, each
+    tuned class of its dtypes: build_tools/tune.py `TUNED`, times as `table_point` reads a grid point)."""
+    from build_tools import bench, tune
+
+    if "verdicts" in doc:
+        pdl = bool(doc.get("pdl"))
+        return [
+            HeldOutCase(v["cls"], *_mnk(v["shape"]), v["times"], pdl)
+            for v in doc["verdicts"]
+            if v.get("times")
+        ]
+    cases = []
+    for r in doc.get("results", ()):
+        combo = bench.Combo(r["a_dtype"], r["b_dtype"], r["d_dtype"])
+        shape = bench.Shape(*_mnk(r["shape"]))
+        for cls, series in tune.TUNED.get(combo, ()):
+            point = tune.table_point(shape, [x for x in r["runners"] if x["series"] == series])
+            if point["times"]:
+                cases.append(
+                    HeldOutCase(cls, shape.m, shape.n, shape.k, {t[0]: t[3] for t in point["times"]})
+                )
+    return cases
+
+
+def _mnk(shape) -> tuple[int, int, int]:
+    m, n, k = (int(x) for x in (shape.split("x") if isinstance(shape, str) else shape)[:3])
+    return m, n, k
+
+
+def held_out_scores(
+    doc: dict, gpu_key: str, cases: list[HeldOutCase]
+) -> list[tuple[HeldOutCase, PointScore]]:
+    """Each case looked up in the whole table `doc` (its PDL rows for a PDL case where they reach its M, as
+    `select(pdl=True)` reads them) among the instances it timed, and scored like a left-out grid point."""
+    table = TuningTable.from_json(doc)
+    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
+    out = []
+    for c in cases:
+        key = c.cls + PDL_SUFFIX if c.pdl and table.covers(gpu, c.cls + PDL_SUFFIX, c.m) else c.cls
+        pick = table.lookup(gpu, key, c.m, c.n, c.k, 1, set(c.times))
+        fastest = min(c.times, key=c.times.get)
+        picked = pick.instance_id if pick else fastest
+        got = c.times.get(picked, max(c.times.values()))
+        out.append((c, PointScore(c.m, c.n, c.k, c.times[fastest] / got, picked, fastest)))
+    return out
+
+
+def report_held_out(doc: dict, files: list[Path], worst: int = 3) -> dict[str, float]:
+    """Print one line per class over the cases of `files` (and the `worst` of each); {class: geomean}."""
+    cases = [c for f in files for c in held_out_cases(json.loads(f.read_text()))]
+    out = {}
+    for gpu_key in sorted(doc["gpus"]):
+        scored = held_out_scores(doc, gpu_key, cases)
+        for cls in sorted({c.cls + (PDL_SUFFIX if c.pdl else "") for c, _ in scored}):
+            scores = [s for c, s in scored if c.cls + (PDL_SUFFIX if c.pdl else "") == cls]
+            out[cls] = g = geomean(s.score for s in scores)
+            low = min(s.score for s in scores)
+            print(f"{gpu_key} {cls}: {len(scores)} held-out shapes, geomean {g:.3f}, min {low:.3f}")
+            for s in sorted(scores, key=lambda s: s.score)[:worst]:
+                print(f"    {s.score:.3f} at {s.m}x{s.n}x{s.k}: picked {s.picked}, fastest {s.fastest}")
     return out
 
 
@@ -154,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worst", type=int, default=3, help="worst points listed per class")
     ap.add_argument("--rows", action="store_true", help="leave one M row out instead of one (N, K) column")
     ap.add_argument(
+        "--held-out",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="judge on these evaluate or bench JSONs (measured shapes off the grid) instead of leaving out",
+    )
+    ap.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -164,8 +254,19 @@ def main(argv: list[str] | None = None) -> int:
         "the model's fitted constants were chosen",
     )
     args = ap.parse_args(argv)
+    doc = json.loads(args.table.read_text())
     with model_constants(args.overrides):
-        scores = report(json.loads(args.table.read_text()), args.cls, args.worst, args.rows)
+        if args.held_out:
+            scores = report_held_out(doc, args.held_out, args.worst)
+            if not scores:
+                print(
+                    "dispatch_loo: no shape in these files records every instance's time (evaluate JSONs do "
+                    "since session 20; bench JSONs with --top)",
+                    file=sys.stderr,
+                )
+                return 2
+        else:
+            scores = report(doc, args.cls, args.worst, args.rows)
     if scores:
         print(f"all {len(scores)} classes: geomean of the class geomeans {geomean(scores.values()):.4f}")
     return 0

@@ -411,6 +411,10 @@ class Verdict:
     fastest_us: float
     cublas_us: float | None
     bytes: int  # A + B + D
+    # Every instance of the class timed at the shape, µs (`table_point`'s times: the finalists' medians, the
+    # others' screening times on that scale), so a later change to dispatch can be judged on this draw
+    # offline: `python -m build_tools.dispatch_loo --held-out FILE` (before session 20: not recorded).
+    times: dict[str, float] | None = None
 
     @property
     def m(self) -> int:
@@ -504,9 +508,11 @@ def evaluate(args) -> int:
                     cublas = next((r["median_ms"] * 1e3 for r in timed if r["kind"] == "cublas"), None)
                     sel = chosen[ck]
                     fastest = min(ours, key=ours.get)
+                    point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
                     verdicts.append(
                         Verdict(str(combo), ck, str(shape), sel.instance_id, sel.source, via,
-                                ours.get(sel.instance_id), fastest, ours[fastest], cublas, nbytes)
+                                ours.get(sel.instance_id), fastest, ours[fastest], cublas, nbytes,
+                                {t[0]: t[3] for t in point["times"]})
                     )  # fmt: skip
                 v = verdicts[-1]
                 progress.step(
@@ -523,7 +529,7 @@ def evaluate(args) -> int:
     if args.markdown:
         args.markdown.write_text(text, encoding="utf-8")
     if args.json:
-        doc = {"env": env, "verdicts": [v.__dict__ for v in verdicts], "host_us": host}
+        doc = {"env": env, "pdl": bool(args.pdl), "verdicts": [v.__dict__ for v in verdicts], "host_us": host}
         args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     if args.plot:
         from build_tools import perf_plot

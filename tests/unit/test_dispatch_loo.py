@@ -108,3 +108,70 @@ def test_set_refuses_what_is_not_a_numeric_model_constant(bad, capsys):
     with pytest.raises(SystemExit) as exit_info:
         dispatch_loo.main(["--set", bad])
     assert exit_info.value.code == 2 and "--set" in capsys.readouterr().err
+
+
+# --- judging on measured shapes off the grid (--held-out) ----------------------------------------------
+
+SMALL = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_coop"
+WIDE = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop"
+KEY = "bf16_bf16_bf16_kkn"
+
+
+def _table_doc(classes: dict) -> dict:
+    return {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {"G/132": {"classes": classes}}}
+
+
+def _pt(m: int, fast: str, slow: str) -> dict:
+    return {"m": m, "n": 4096, "k": 4096, "times": [[fast, None, None, 10.0], [slow, None, None, 20.0]]}
+
+
+def test_held_out_shapes_are_scored_among_the_instances_they_timed():
+    """The table says WIDE around M = 300 (and SMALL in its PDL rows at decode sizes); a draw that
+    measured otherwise scores the pick by its own times, whether or not its run made that pick."""
+    doc = _table_doc(
+        {KEY: [_pt(256, WIDE, SMALL), _pt(512, WIDE, SMALL)], KEY + PDL_SUFFIX: [_pt(64, SMALL, WIDE)]}
+    )
+    evaluate_json = {
+        "pdl": False,
+        "verdicts": [
+            {"cls": KEY, "shape": "300x4096x4096", "times": {SMALL: 10.0, WIDE: 12.5}},
+            {"cls": KEY, "shape": "301x4096x4096", "times": {SMALL: 11.0, WIDE: 10.0}},
+            {"cls": KEY, "shape": "302x4096x4096"},  # an evaluate JSON from before session 20: no times
+        ],
+    }
+    cases = dispatch_loo.held_out_cases(evaluate_json)
+    assert [(c.m, c.pdl) for c in cases] == [(300, False), (301, False)]
+    scored = dispatch_loo.held_out_scores(doc, "G/132", cases)
+    assert [(s.picked, round(s.score, 3)) for _, s in scored] == [(WIDE, 0.8), (WIDE, 1.0)]
+
+    pdl = dispatch_loo.held_out_cases({**evaluate_json, "pdl": True})
+    at_64 = [dispatch_loo.HeldOutCase(KEY, 64, 4096, 4096, {SMALL: 10.0, WIDE: 11.0}, pdl=True)]
+    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", at_64)] == [SMALL]  # PDL rows
+    assert all(c.pdl for c in pdl)  # M = 300: past the PDL rows, the plain rows decide (covers)
+    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", pdl)] == [WIDE, WIDE]
+
+
+def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, capsys):
+    runner = {"kind": "hgemm", "series": "", "error": None}
+    bench_json = {
+        "results": [
+            {"a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "shape": "300x4096x4096", "runners": [
+                {**runner, "name": SMALL, "median_ms": 0.010, "screen_ms": [0.0095]},
+                {**runner, "name": WIDE, "screen_ms": [0.0114]},  # screened out: on the finalists' scale
+                {"kind": "cublas", "series": "", "name": "cuBLAS", "median_ms": 0.009, "screen_ms": []},
+            ]}
+        ]
+    }  # fmt: skip
+    (case,) = dispatch_loo.held_out_cases(bench_json)
+    assert (case.cls, case.m, case.n, case.k) == (KEY, 300, 4096, 4096)
+    assert case.times == {SMALL: 10.0, WIDE: pytest.approx(12.0)}
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps(_table_doc({KEY: [_pt(256, WIDE, SMALL), _pt(512, WIDE, SMALL)]})))
+    files = [tmp_path / "b.json", tmp_path / "old_eval.json"]
+    files[0].write_text(json.dumps(bench_json))
+    files[1].write_text(json.dumps({"verdicts": [{"cls": KEY, "shape": "300x4096x4096"}]}))
+    assert dispatch_loo.main(["--table", str(table), "--held-out", str(files[0])]) == 0
+    out = capsys.readouterr().out
+    assert f"G/132 {KEY}: 1 held-out shapes, geomean 0.833, min 0.833" in out
+    assert dispatch_loo.main(["--table", str(table), "--held-out", str(files[1])]) == 2
+    assert "records every instance's time" in capsys.readouterr().err

@@ -246,3 +246,52 @@ def test_stale_points_are_worked_only_with_the_stale_flag():
     assert shapes[1] in work and shapes[0] not in work
     work = [s for _, s in tune.work_list(args, classes, {key: {"a"}})]  # no hashes: neither is stale
     assert shapes[0] not in work and shapes[1] not in work
+
+
+def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, monkeypatch):
+    """`evaluate` end to end with the GPU parts faked: each verdict of its JSON keeps every instance's
+    time (finalists' medians, the screened-out ones on their scale), which is what
+    `python -m build_tools.dispatch_loo --held-out` scores a later dispatch change with."""
+    import contextlib
+    import sys
+    import types
+
+    from build_tools import bench, dispatch_loo
+
+    key = "bf16_bf16_bf16_kkn"
+    dtypes = {"a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "fp8_fast_accum": False}
+    insts = [types.SimpleNamespace(id=i, **dtypes) for i in ("a", "b", "c")]
+    choice = types.SimpleNamespace(instance_id="b", source="table")
+    hg = types.SimpleNamespace(instances=lambda: insts, select=lambda *args, **kw: choice)
+    env = {"date": "d", "torch": "t", "gpu": "FAKE", "cuda_bindings": "c", "hgemm_sm90": "h", "smi_id": None}
+
+    def bench_shape(torch, hg, s, combo, cands, args, stream, env, keep, dispatch):
+        assert keep == {"b"} and dispatch
+        final = {"a": 10.0, "b": 12.0}  # µs; c screened out at 15 (screening reads 5% fast here)
+        runners = [{"kind": "hgemm", "series": "", "name": i, "median_ms": us / 1e3,
+                    "screen_ms": [us / 1.05e3], "error": None} for i, us in final.items()]  # fmt: skip
+        runners.append(
+            {"kind": "hgemm", "series": "", "name": "c", "screen_ms": [15 / 1.05e3], "error": None}
+        )
+        runners.append({"kind": "gemm", "series": "", "name": "gemm()", "median_ms": 0.0121})
+        return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.011}]}
+
+    fake_torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(stream=lambda s: contextlib.nullcontext(), empty_cache=lambda: None)
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(tune, "setup", lambda torch: (hg, env, None))
+    monkeypatch.setattr(tune, "class_key", lambda inst: key)
+    monkeypatch.setattr(tune, "host_costs", lambda torch, hg: {})
+    monkeypatch.setattr(bench, "warm_up_clocks", lambda torch, seconds: None)
+    monkeypatch.setattr(bench, "bench_shape", bench_shape)
+    out = tmp_path / "eval.json"
+    argv = ["evaluate", "--dtype", "bf16", "--seed", "3", "--count", "2", "--json", str(out)]
+    assert tune.evaluate(tune.parse_args(argv)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["pdl"] is False and len(doc["verdicts"]) == 2
+    v = doc["verdicts"][0]
+    assert (v["selected"], v["fastest"], v["sel_us"]) == ("b", "a", pytest.approx(12.0))
+    assert v["times"] == {"a": pytest.approx(10.0), "b": pytest.approx(12.0), "c": pytest.approx(15.0)}
+    cases = dispatch_loo.held_out_cases(doc)
+    assert [c.times for c in cases] == [v["times"] for v in doc["verdicts"]] and not any(c.pdl for c in cases)
