@@ -91,11 +91,16 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
     for p in left_out:
         times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
         pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
-        fastest = min(times, key=times.get)
-        picked = pick.instance_id if pick else fastest
-        got = times.get(picked, max(times.values()))
-        out.append(PointScore(p["m"], p["n"], p["k"], times[fastest] / got, picked, fastest))
+        out.append(_score(p["m"], p["n"], p["k"], times, pick))
     return out
+
+
+def _score(m: int, n: int, k: int, times: dict[str, float], pick) -> PointScore:
+    """A lookup's pick (None: the lookup had none) scored by the times measured at the problem."""
+    fastest = min(times, key=times.get)
+    picked = pick.instance_id if pick else fastest
+    got = times.get(picked, max(times.values()))
+    return PointScore(m, n, k, times[fastest] / got, picked, fastest)
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ class HeldOutCase:
     k: int
     times: dict[str, float]
     pdl: bool = False  # timed in PDL chains (`evaluate --pdl`): looked up in the class's PDL rows
+    batch: int = 1
 
 
 def held_out_cases(doc: dict) -> list[HeldOutCase]:
@@ -118,26 +124,23 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
     if "verdicts" in doc:
         pdl = bool(doc.get("pdl"))
         return [
-            HeldOutCase(v["cls"], *_mnk(v["shape"]), v["times"], pdl)
+            _case(v["cls"], bench.Shape.parse(v["shape"]), v["times"], pdl)
             for v in doc["verdicts"]
             if v.get("times")
         ]
     cases = []
     for r in doc.get("results", ()):
         combo = bench.Combo(r["a_dtype"], r["b_dtype"], r["d_dtype"])
-        shape = bench.Shape(*_mnk(r["shape"]))
+        shape = bench.Shape.parse(r["shape"])
         for cls, series in tune.TUNED.get(combo, ()):
             point = tune.table_point(shape, [x for x in r["runners"] if x["series"] == series])
             if point["times"]:
-                cases.append(
-                    HeldOutCase(cls, shape.m, shape.n, shape.k, {t[0]: t[3] for t in point["times"]})
-                )
+                cases.append(_case(cls, shape, {t[0]: t[3] for t in point["times"]}))
     return cases
 
 
-def _mnk(shape) -> tuple[int, int, int]:
-    m, n, k = (int(x) for x in (shape.split("x") if isinstance(shape, str) else shape)[:3])
-    return m, n, k
+def _case(cls: str, shape, times: dict[str, float], pdl: bool = False) -> HeldOutCase:
+    return HeldOutCase(cls, shape.m, shape.n, shape.k, times, pdl, shape.batch)
 
 
 def held_out_scores(
@@ -149,12 +152,10 @@ def held_out_scores(
     gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
     out = []
     for c in cases:
-        key = c.cls + PDL_SUFFIX if c.pdl and table.covers(gpu, c.cls + PDL_SUFFIX, c.m) else c.cls
-        pick = table.lookup(gpu, key, c.m, c.n, c.k, 1, set(c.times))
-        fastest = min(c.times, key=c.times.get)
-        picked = pick.instance_id if pick else fastest
-        got = c.times.get(picked, max(c.times.values()))
-        out.append((c, PointScore(c.m, c.n, c.k, c.times[fastest] / got, picked, fastest)))
+        pdl_key = c.cls + PDL_SUFFIX
+        key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls
+        pick = table.lookup(gpu, key, c.m, c.n, c.k, c.batch, set(c.times))
+        out.append((c, _score(c.m, c.n, c.k, c.times, pick)))
     return out
 
 

@@ -137,18 +137,19 @@ def test_held_out_shapes_are_scored_among_the_instances_they_timed():
             {"cls": KEY, "shape": "300x4096x4096", "times": {SMALL: 10.0, WIDE: 12.5}},
             {"cls": KEY, "shape": "301x4096x4096", "times": {SMALL: 11.0, WIDE: 10.0}},
             {"cls": KEY, "shape": "302x4096x4096"},  # an evaluate JSON from before session 20: no times
+            {"cls": KEY, "shape": "150x4096x4096x2", "times": {SMALL: 10.0, WIDE: 10.0}},  # M x batch = 300
         ],
     }
     cases = dispatch_loo.held_out_cases(evaluate_json)
-    assert [(c.m, c.pdl) for c in cases] == [(300, False), (301, False)]
+    assert [(c.m, c.batch, c.pdl) for c in cases] == [(300, 1, False), (301, 1, False), (150, 2, False)]
     scored = dispatch_loo.held_out_scores(doc, "G/132", cases)
-    assert [(s.picked, round(s.score, 3)) for _, s in scored] == [(WIDE, 0.8), (WIDE, 1.0)]
+    assert [(s.picked, round(s.score, 3)) for _, s in scored] == [(WIDE, 0.8), (WIDE, 1.0), (WIDE, 1.0)]
 
     pdl = dispatch_loo.held_out_cases({**evaluate_json, "pdl": True})
     at_64 = [dispatch_loo.HeldOutCase(KEY, 64, 4096, 4096, {SMALL: 10.0, WIDE: 11.0}, pdl=True)]
     assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", at_64)] == [SMALL]  # PDL rows
     assert all(c.pdl for c in pdl)  # M = 300: past the PDL rows, the plain rows decide (covers)
-    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", pdl)] == [WIDE, WIDE]
+    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", pdl)] == [WIDE] * 3
 
 
 def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, capsys):
