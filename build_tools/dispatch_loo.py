@@ -19,7 +19,8 @@ L2_BYTES_PER_S=9e12`); the last line is the geomean of the class geomeans, the f
 With --held-out FILE..., the judge is measured shapes off the grid instead: every (class, shape) of an
 evaluate JSON (`python -m build_tools.tune evaluate --json`, whose verdicts record every instance's time
 since session 20) or of a bench JSON (`python -m build_tools.bench --json`, every instance timed with
---top), looked up in the whole table and scored among the instances timed there. So a change to the
+--top), looked up in the table's rows for the GPU it was measured on and scored among the instances
+timed there. So a change to the
 lookup or the model is judged on past GPU draws, picks that the draw's own run did not make included,
 before a GPU confirms it.
 """
@@ -34,16 +35,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from build_tools import bench, tune
 from runtime import model
+from runtime.gpus import GpuId
 from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, shipped_path
 
 
-@dataclass(frozen=True)
-class _Gpu:
-    """The part of `runtime.gpus.GpuId` a lookup reads."""
-
-    key: str
-    sm_count: int
+def _gpu(key: str) -> GpuId:
+    """The GPU a table key (``"<name>/<sm_count>"``, `GpuId.key`) names."""
+    name, sms = key.rsplit("/", 1)
+    return GpuId(name, int(sms))
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
     """The `left_out` points of class `cls` looked up in a table of the `kept` ones and scored, each among
     the instances it measured."""
     table = TuningTable.from_json(dict(doc, gpus={gpu_key: {"classes": {cls: kept}}}))
-    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
+    gpu = _gpu(gpu_key)
     out = []
     for p in left_out:
         times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
@@ -105,8 +106,9 @@ def _score(m: int, n: int, k: int, times: dict[str, float], pick) -> PointScore:
 
 @dataclass(frozen=True)
 class HeldOutCase:
-    """One measured (class, shape) off the grid: every instance's time there, µs."""
+    """One measured (class, shape) off the grid on one GPU: every instance's time there, µs."""
 
+    gpu: str  # the table's key for the GPU it ran on (`GpuId.key`)
     cls: str
     m: int
     n: int
@@ -118,13 +120,17 @@ class HeldOutCase:
 
 def held_out_cases(doc: dict) -> list[HeldOutCase]:
     """The cases of an evaluate JSON (its verdicts that record `times`) or a bench JSON (per result, each
-    tuned class of its dtypes: build_tools/tune.py `TUNED`, times as `table_point` reads a grid point)."""
-    from build_tools import bench, tune
+    tuned class of its dtypes: build_tools/tune.py `TUNED`, times as `table_point` reads a grid point),
+    on the GPU its ``env`` names."""
+    gpu = GpuId(doc["env"]["gpu"], doc["env"]["sms"]).key
+
+    def case(cls: str, shape: bench.Shape, times: dict[str, float], pdl: bool = False) -> HeldOutCase:
+        return HeldOutCase(gpu, cls, shape.m, shape.n, shape.k, times, pdl, shape.batch)
 
     if "verdicts" in doc:
         pdl = bool(doc.get("pdl"))
         return [
-            _case(v["cls"], bench.Shape.parse(v["shape"]), v["times"], pdl)
+            case(v["cls"], bench.Shape.parse(v["shape"]), v["times"], pdl)
             for v in doc["verdicts"]
             if v.get("times")
         ]
@@ -135,24 +141,20 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
         for cls, series in tune.TUNED.get(combo, ()):
             point = tune.table_point(shape, [x for x in r["runners"] if x["series"] == series])
             if point["times"]:
-                cases.append(_case(cls, shape, {t[0]: t[3] for t in point["times"]}))
+                cases.append(case(cls, shape, {t[0]: t[3] for t in point["times"]}))
     return cases
 
 
-def _case(cls: str, shape, times: dict[str, float], pdl: bool = False) -> HeldOutCase:
-    return HeldOutCase(cls, shape.m, shape.n, shape.k, times, pdl, shape.batch)
-
-
-def held_out_scores(
-    doc: dict, gpu_key: str, cases: list[HeldOutCase]
-) -> list[tuple[HeldOutCase, PointScore]]:
-    """Each case looked up in the whole table `doc` (its PDL rows for a PDL case where they reach its M, as
-    `select(pdl=True)` reads them) among the instances it timed, and scored like a left-out grid point."""
+def held_out_scores(doc: dict, cases: list[HeldOutCase]) -> list[tuple[HeldOutCase, PointScore]]:
+    """Each case looked up in the table `doc`'s rows for its GPU (its PDL rows for a PDL case where they
+    reach its M, as `select(pdl=True)` reads them) among the instances it timed, and scored like a left-out
+    grid point. Cases on a GPU the table lacks are left out."""
     table = TuningTable.from_json(doc)
-    gpu = _Gpu(gpu_key, int(gpu_key.rsplit("/", 1)[1]))
     out = []
     for c in cases:
-        pdl_key = c.cls + PDL_SUFFIX
+        if c.gpu not in doc["gpus"]:
+            continue
+        gpu, pdl_key = _gpu(c.gpu), c.cls + PDL_SUFFIX
         key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls
         pick = table.lookup(gpu, key, c.m, c.n, c.k, c.batch, set(c.times))
         out.append((c, _score(c.m, c.n, c.k, c.times, pick)))
@@ -160,18 +162,22 @@ def held_out_scores(
 
 
 def report_held_out(doc: dict, files: list[Path], worst: int = 3) -> dict[str, float]:
-    """Print one line per class over the cases of `files` (and the `worst` of each); {class: geomean}."""
+    """Print one line per GPU and class over the cases of `files` (and the `worst` of each); {"GPU
+    class": geomean}."""
     cases = [c for f in files for c in held_out_cases(json.loads(f.read_text()))]
+    scored = held_out_scores(doc, cases)
+    groups: dict[str, list[PointScore]] = {}
+    for c, s in scored:
+        groups.setdefault(f"{c.gpu} {c.cls}{PDL_SUFFIX if c.pdl else ''}", []).append(s)
     out = {}
-    for gpu_key in sorted(doc["gpus"]):
-        scored = held_out_scores(doc, gpu_key, cases)
-        for cls in sorted({c.cls + (PDL_SUFFIX if c.pdl else "") for c, _ in scored}):
-            scores = [s for c, s in scored if c.cls + (PDL_SUFFIX if c.pdl else "") == cls]
-            out[cls] = g = geomean(s.score for s in scores)
-            low = min(s.score for s in scores)
-            print(f"{gpu_key} {cls}: {len(scores)} held-out shapes, geomean {g:.3f}, min {low:.3f}")
-            for s in sorted(scores, key=lambda s: s.score)[:worst]:
-                print(f"    {s.score:.3f} at {s.m}x{s.n}x{s.k}: picked {s.picked}, fastest {s.fastest}")
+    for name, scores in sorted(groups.items()):
+        out[name] = g = geomean(s.score for s in scores)
+        low = min(s.score for s in scores)
+        print(f"{name}: {len(scores)} held-out shapes, geomean {g:.3f}, min {low:.3f}")
+        for s in sorted(scores, key=lambda s: s.score)[:worst]:
+            print(f"    {s.score:.3f} at {s.m}x{s.n}x{s.k}: picked {s.picked}, fastest {s.fastest}")
+    if len(scored) < len(cases):
+        print(f"({len(cases) - len(scored)} shapes left out: measured on a GPU the table does not hold)")
     return out
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_tools import bench
-from runtime.tuning import PDL_SUFFIX, kernels_digest
+from runtime.tuning import PDL_SUFFIX, kernels_digest, timed_with
 
 GRID_M = (
     1,
@@ -225,15 +225,17 @@ def untimed(point: dict, shipped: set[str]) -> set[str]:
 
 
 def cubin_hashes(hg) -> dict[str, str]:
-    """Instance id -> sha256 of its cubin, from the manifest the installed runtime launches from."""
+    """Instance id -> sha256 of its cubin, from the manifest the installed runtime launches from (read
+    through the manifest's records, which every installed runtime has)."""
     manifest = importlib.import_module(hg.__name__ + ".state").runtime().manifest
-    return {iid: manifest.instances[iid].sha256 for iid in manifest.specs}
+    return {iid: rec.sha256 for iid, rec in manifest.instances.items()}
 
 
 def stale(point: dict, hashes: dict[str, str]) -> bool:
-    """A point whose times were not measured with the installed cubins (or that does not say: points
-    timed before session 19, or carried over from stale times by `merge_point`)."""
-    return point.get("kernels") != kernels_digest((t[0] for t in point["times"]), hashes)
+    """A point whose times were not measured with the installed cubins, or that cannot say so (points
+    timed before session 19, carried over from stale times by `merge_point`, or naming an instance the
+    wheel no longer ships): runtime/tuning.py `timed_with`."""
+    return timed_with(point.get("kernels"), (t[0] for t in point["times"]), hashes) is not True
 
 
 def fill_candidates(point: dict | None, shipped: set[str], top: int) -> set[str]:

@@ -170,6 +170,16 @@ def kernels_digest(ids, hashes: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()[:16]
 
 
+def timed_with(kernels: str | None, ids, hashes: dict[str, str]) -> bool | None:
+    """Whether a point that records ``kernels`` (its `kernels_digest`, or None) over the instances ``ids``
+    was timed with the cubins ``hashes`` names: None when it cannot say (no record, or an instance that
+    ``hashes`` lacks)."""
+    ids = set(ids)
+    if kernels is None or not ids <= hashes.keys():
+        return None
+    return kernels == kernels_digest(ids, hashes)
+
+
 @dataclass(frozen=True, slots=True)
 class Pick:
     """What `lookup` found: a candidate, its estimated µs and a sentence saying where it came from."""
@@ -291,10 +301,10 @@ class TuningTable:
             fresh = stale = unknown = 0
             for points in classes.values():
                 for p in points:
-                    ids = {c.instance_id for c, _ in p.times}
-                    if p.kernels is None or not ids <= hashes.keys():
+                    timed = timed_with(p.kernels, (c.instance_id for c, _ in p.times), hashes)
+                    if timed is None:
                         unknown += 1
-                    elif p.kernels == kernels_digest(ids, hashes):
+                    elif timed:
                         fresh += 1
                     else:
                         stale += 1

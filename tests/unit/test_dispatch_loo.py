@@ -132,6 +132,7 @@ def test_held_out_shapes_are_scored_among_the_instances_they_timed():
         {KEY: [_pt(256, WIDE, SMALL), _pt(512, WIDE, SMALL)], KEY + PDL_SUFFIX: [_pt(64, SMALL, WIDE)]}
     )
     evaluate_json = {
+        "env": {"gpu": "G", "sms": 132},
         "pdl": False,
         "verdicts": [
             {"cls": KEY, "shape": "300x4096x4096", "times": {SMALL: 10.0, WIDE: 12.5}},
@@ -142,19 +143,23 @@ def test_held_out_shapes_are_scored_among_the_instances_they_timed():
     }
     cases = dispatch_loo.held_out_cases(evaluate_json)
     assert [(c.m, c.batch, c.pdl) for c in cases] == [(300, 1, False), (301, 1, False), (150, 2, False)]
-    scored = dispatch_loo.held_out_scores(doc, "G/132", cases)
+    scored = dispatch_loo.held_out_scores(doc, cases)
     assert [(s.picked, round(s.score, 3)) for _, s in scored] == [(WIDE, 0.8), (WIDE, 1.0), (WIDE, 1.0)]
 
     pdl = dispatch_loo.held_out_cases({**evaluate_json, "pdl": True})
-    at_64 = [dispatch_loo.HeldOutCase(KEY, 64, 4096, 4096, {SMALL: 10.0, WIDE: 11.0}, pdl=True)]
-    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", at_64)] == [SMALL]  # PDL rows
+    at_64 = [dispatch_loo.HeldOutCase("G/132", KEY, 64, 4096, 4096, {SMALL: 10.0, WIDE: 11.0}, pdl=True)]
+    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, at_64)] == [SMALL]  # PDL rows
     assert all(c.pdl for c in pdl)  # M = 300: past the PDL rows, the plain rows decide (covers)
-    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, "G/132", pdl)] == [WIDE] * 3
+    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, pdl)] == [WIDE] * 3
+    # Measured on another GPU (or SM count): the table's rows for this one do not judge it.
+    other = dispatch_loo.held_out_cases({**evaluate_json, "env": {"gpu": "G", "sms": 114}})
+    assert [c.gpu for c in other] == ["G/114"] * 3 and dispatch_loo.held_out_scores(doc, other) == []
 
 
 def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, capsys):
     runner = {"kind": "hgemm", "series": "", "error": None}
     bench_json = {
+        "env": {"gpu": "G", "sms": 132},
         "results": [
             {"a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "shape": "300x4096x4096", "runners": [
                 {**runner, "name": SMALL, "median_ms": 0.010, "screen_ms": [0.0095]},
@@ -164,13 +169,15 @@ def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, cap
         ]
     }  # fmt: skip
     (case,) = dispatch_loo.held_out_cases(bench_json)
-    assert (case.cls, case.m, case.n, case.k) == (KEY, 300, 4096, 4096)
+    assert (case.gpu, case.cls, case.m, case.n, case.k) == ("G/132", KEY, 300, 4096, 4096)
     assert case.times == {SMALL: 10.0, WIDE: pytest.approx(12.0)}
     table = tmp_path / "t.json"
     table.write_text(json.dumps(_table_doc({KEY: [_pt(256, WIDE, SMALL), _pt(512, WIDE, SMALL)]})))
     files = [tmp_path / "b.json", tmp_path / "old_eval.json"]
     files[0].write_text(json.dumps(bench_json))
-    files[1].write_text(json.dumps({"verdicts": [{"cls": KEY, "shape": "300x4096x4096"}]}))
+    files[1].write_text(
+        json.dumps({"env": bench_json["env"], "verdicts": [{"cls": KEY, "shape": "300x4096x4096"}]})
+    )
     assert dispatch_loo.main(["--table", str(table), "--held-out", str(files[0])]) == 0
     out = capsys.readouterr().out
     assert f"G/132 {KEY}: 1 held-out shapes, geomean 0.833, min 0.833" in out

@@ -263,7 +263,8 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
     insts = [types.SimpleNamespace(id=i, **dtypes) for i in ("a", "b", "c")]
     choice = types.SimpleNamespace(instance_id="b", source="table")
     hg = types.SimpleNamespace(instances=lambda: insts, select=lambda *args, **kw: choice)
-    env = {"date": "d", "torch": "t", "gpu": "FAKE", "cuda_bindings": "c", "hgemm_sm90": "h", "smi_id": None}
+    env = {"date": "d", "torch": "t", "gpu": "FAKE", "sms": 132, "cuda_bindings": "c", "hgemm_sm90": "h",
+           "smi_id": None}  # fmt: skip
 
     def bench_shape(torch, hg, s, combo, cands, args, stream, env, keep, dispatch):
         assert keep == {"b"} and dispatch
@@ -295,3 +296,4 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
     assert v["times"] == {"a": pytest.approx(10.0), "b": pytest.approx(12.0), "c": pytest.approx(15.0)}
     cases = dispatch_loo.held_out_cases(doc)
     assert [c.times for c in cases] == [v["times"] for v in doc["verdicts"]] and not any(c.pdl for c in cases)
+    assert {c.gpu for c in cases} == {"FAKE/132"}  # the GPU the draw ran on, as the table keys it
