@@ -39,7 +39,7 @@ from runtime.contract import (
     Param,
     TensorMapRecipe,
 )
-from runtime.spec import EXTENTS, STRIDES, GemmSpec, Varlen, batch_stride_name, ld_name
+from runtime.spec import EXTENTS, STRIDES, GemmSpec, KSplit, Varlen, batch_stride_name, ld_name
 
 from .cubin_info import CubinInfo
 from .dsl import CompiledInstance, host_pointers, host_scalars
@@ -350,6 +350,8 @@ def capture_contract(
             _, _, total = scheduling.cluster_tiles(p["m"], p["n"], p["g"], *tiles)
         if "k_splits" in p.values:
             total *= scheduling.effective_splits(p["k_splits"], scheduling.k_tiles(p["k"], spec.tile[2]))
+        if spec.k_split == KSplit.stream:
+            total = scheduling.stream_work_units(total, scheduling.k_tiles(p["k"], spec.tile[2]))
         want = scheduling.persistent_grid(total, p["max_active_clusters"], cm, cn)
         if launch.grid != want:
             raise ContractError(f"{name}: the DSL launched grid {launch.grid}, the grid rule gives {want}")

@@ -29,7 +29,8 @@ def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
     otherwise); `prefetch_operand` (the operand the producer may load before waiting for the previous
     grid) exists for the plain walk only, not for the grouped forms, whose first loads depend on offsets
     that the previous grid may write; `max_active_clusters` sizes the grid on the host and never reaches
-    the kernel; split-K instances add `k_splits` (followed by the workspace pointer, `host_pointers`)."""
+    the kernel; split-K instances add `k_splits` (followed by the workspace pointer, `host_pointers`; stream-K
+    instances take the pointer alone)."""
     beta = (("beta", "f32"),) if spec.has_c else ()
     prefetch = (("prefetch_operand", "i32"),) if spec.varlen == Varlen.none else ()
     split = (("k_splits", "i32"),) if spec.k_split == KSplit.split else ()
@@ -46,8 +47,9 @@ def host_scalars(spec: GemmSpec) -> tuple[tuple[str, str], ...]:
 
 def host_pointers(spec: GemmSpec) -> tuple[str, ...]:
     """The host entry's raw device-pointer arguments after the scalars, in order (before the stream):
-    split-K instances take their fp32 workspace, grouped (varlen M) instances their int32 row offsets."""
-    if spec.k_split == KSplit.split:
+    split-K and stream-K instances take their fp32 workspace, grouped (varlen M) instances their int32 row
+    offsets."""
+    if spec.k_split != KSplit.none:
         return ("workspace",)
     if spec.varlen == Varlen.m:
         return ("cu_seqlens_m", "a_idx") if spec.gather_a else ("cu_seqlens_m",)
@@ -111,6 +113,7 @@ def kernel_config(spec: GemmSpec):
         # k-tile's result into the fp32 tile accumulator (the seed's slow path), through 1 or 2 buffers.
         k_acc_buffers=regs.k_acc_buffers,
         k_split=spec.k_split == KSplit.split,
+        stream_k=spec.k_split == KSplit.stream,
         varlen_m=spec.varlen == Varlen.m,
         varlen_k=spec.varlen == Varlen.k,
         gather_a=spec.gather_a,

@@ -496,21 +496,30 @@ def swap_ab(s: GemmSpec) -> str | None:
 @_instance_rule
 def k_split(s: GemmSpec) -> str | None:
     # Split-K serves problems with too few output tiles. The kernel's reduction (the last unit of a tile
-    # to arrive adds the partials, gemm_sm90._reduce_splits) is written for one tile per CTA with all
+    # to arrive adds the partials, gemm_sm90._reduce_parts) is written for one tile per CTA with all
     # consumer warpgroups on it and the plain D = alpha * acc epilogue. In a cluster every CTA runs the
     # same k-range of its own tile and reduces that tile (multicast keeps the operand traffic of a
     # cluster tile: a 1x1 tile split over many SMs is limited by L2, docs/PERF.md session 17).
-    if s.k_split != KSplit.split:
+    # Stream-K serves problems whose tiles do not fill whole waves, with the same reduction.
+    if s.k_split == KSplit.none:
         return None
     if s.schedule != Schedule.cooperative:
-        return "k_split split with the ping-pong schedule: split-K runs cooperative tiles; use cooperative"
+        return (
+            f"k_split {s.k_split} with the ping-pong schedule: split-K and stream-K run cooperative tiles "
+            "(the reduction takes all consumer warpgroups); use cooperative"
+        )
+    if s.has_c:
+        return (
+            f"k_split {s.k_split} with a C operand: split-K and stream-K instances compute "
+            "D = alpha * A @ B^T; drop c_dtype"
+        )
+    if s.k_split == KSplit.stream:
+        return None
     if s.swap_ab and s.cluster != (1, 1):
         return (
             f"k_split split with swap_ab and cluster {s.cluster[0]}x{s.cluster[1]}: swap-AB split-K "
             "instances (decode sizes) run 1x1 clusters; use cluster [1, 1]"
         )
-    if s.has_c:
-        return "k_split split with a C operand: split-K instances compute D = alpha * A @ B^T; drop c_dtype"
     return None
 
 
@@ -533,7 +542,7 @@ def varlen(s: GemmSpec) -> str | None:
     if s.swap_ab:
         return "varlen m with swap_ab: a grouped instance walks each group's row tiles itself; drop swap_ab"
     if s.k_split != KSplit.none:
-        return "varlen m with k_split split: grouped instances do not split K; use k_split none"
+        return f"varlen m with k_split {s.k_split}: grouped instances do not split K; use k_split none"
     if s.has_c and s.c_major != DMajor.n:
         return (
             f"varlen m with c_major {s.c_major}: C is read like D, by the group's rows (row-major); use "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 
-from . import problem, state
+from . import problem, scheduling, state
 from .errors import InvalidArgumentError
 from .launcher import STALE_RESULTS, launch_error
 from .plan import B_READY
@@ -51,7 +51,9 @@ def workspace_bytes(
     instance_id: str, m: int, n: int, k: int, batch: int = 1, *, k_splits: int | None = None
 ) -> int:
     """Bytes of workspace `launch(instance_id, ..., k_splits=k_splits, workspace=ptr)` needs for an m x n
-    x k problem with `batch` batches: 0 for instances without split-K and for a single split. Like
+    x k problem with `batch` batches: 0 for instances without split-K or stream-K and for a single split.
+    A stream-K instance (id suffix `_streamk`) uses this many bytes (the same for every problem) to share
+    the last tiles out among all SMs; launched without a workspace it runs every tile whole. Like
     cuBLASLt's workspace, the caller allocates it (launch never allocates); it must be zeroed before its
     first use, and the kernel leaves it zeroed. Needs no GPU."""
     plan = state.runtime().plan(instance_id)
@@ -60,7 +62,8 @@ def workspace_bytes(
     key = (size("m", m, iid), size("n", n, iid), size("k", k, iid), size("batch", batch, iid))
     # The canonical shape key (LaunchPlan.shape): packed strides and the default walk, then k_splits.
     key += (None,) * 10 + (problem.k_splits(iid, k_splits), None)
-    return plan.shape(key).workspace_bytes
+    needed = plan.shape(key).workspace_bytes
+    return scheduling.stream_workspace_bytes(*plan.record.spec.tile[:2]) if plan.stream else needed
 
 
 def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options) -> None:
@@ -456,7 +459,7 @@ def _first_call(
     shape = plan.shape(key)
     a, b, d = problem.pointers(iid, ptrs)
     if workspace is not None:
-        if not plan.split:
+        if not plan.takes_workspace:
             raise plan.not_split("workspace")
         workspace = problem.pointer(iid, "workspace", workspace)
     elif shape.workspace_bytes:

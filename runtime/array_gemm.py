@@ -73,7 +73,7 @@ from .arrays import ArrayView, is_torch, view
 from .dispatch import select
 from .driver import check
 from .errors import DeviceMismatchError, InvalidArgumentError
-from .spec import DType
+from .spec import DType, KSplit
 from .stream import stream_handle
 
 _CACHED_PLANS = 4096  # cleared when full
@@ -278,11 +278,12 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream, modes):
 
 
 def _launch_split(rt, p, a: int, b: int, d: int, stream: int, alpha, modes: dict) -> None:
-    """Launch a split-K plan with the stream's workspace (runtime/workspace.py), or as one split where
-    the stream has none (captured before its first split-K call)."""
+    """Launch a split-K or stream-K plan with the stream's workspace (runtime/workspace.py), or without
+    one where the stream has none (captured before its first such call): one split, or (stream-K) every
+    tile whole."""
     ws = rt.workspaces.get(stream, p.workspace)
     if ws is None:
-        launch_general(p.instance, (a, b, d), stream, alpha=alpha, k_splits=1, **modes, **p.kw)
+        launch_general(p.instance, (a, b, d), stream, alpha=alpha, **p.without_workspace, **modes, **p.kw)
     else:
         launch_general(p.instance, (a, b, d), stream, alpha=alpha, workspace=ws, **modes, **p.kw)
 
@@ -373,6 +374,7 @@ class _Plan:
         "alloc",
         "choice",
         "workspace",
+        "without_workspace",
     )
 
     def allocate(self):
@@ -559,8 +561,11 @@ def _derive(a, va, vb, vo, vc, beta, accum) -> _Plan:
     p.instance, p.kw, p.choice = choice.instance_id, kw, choice
     p.m, p.n, p.k, p.batch = M, n, k, nbatch
     p.simple = len(kw) == 4
-    # Split-K instances need a workspace unless the problem runs as one split (the launch default).
+    # Split-K instances need a workspace unless the problem runs as one split (the launch default);
+    # stream-K instances use one to share tiles out, and run every tile whole without.
     p.workspace = workspace_bytes(p.instance, M, n, k, nbatch)
+    stream_k = state.runtime().manifest.specs[p.instance].k_split == KSplit.stream
+    p.without_workspace = {} if stream_k else {"k_splits": 1}
     return p
 
 

@@ -37,7 +37,9 @@ FORMAT = "hgemm-sm90-manifest"
 # the grid rule "grouped_clusters".
 # 6 (2026-12-01): plain-walk records (varlen "none") take the int32 scalar prefetch_operand (0: none, 1: the
 # kernel's A, 2: its B), the operand the producer may load before waiting for the previous grid.
-CONTRACT_VERSION = 6
+# 7 (2026-12-02): k_split "stream"; stream-K records take the workspace pointer alone (no k_splits), and
+# their grid rule "persistent_clusters" counts cluster tiles x min(k-tiles, 4) units.
+CONTRACT_VERSION = 7
 ARCH = "sm_90a"
 # Every operand moves through TMA, which needs 16-byte aligned addresses, leading dimensions and batch
 # strides, and whole 16-byte chunks along the contiguous extent (runtime/problem.py checks these).
@@ -569,14 +571,13 @@ def _record(
             f"carry the scales {sorted(scalars)}; the spec's epilogue needs "
             f"{'alpha and beta' if spec.has_c else 'alpha'}",
         )
-    split = spec.k_split == KSplit.split
     named = {p.name for p in params if p.kind in ("i32", "pointer")}
-    split_params = {"k_splits", "workspace"}
-    if (split_params <= named) != split or (not split and named & split_params):
+    want = {KSplit.split: {"k_splits", "workspace"}, KSplit.stream: {"workspace"}}.get(spec.k_split, set())
+    if named & {"k_splits", "workspace"} != want:
         r.fail(
             _at(where, "params"),
-            "must carry k_splits and the workspace pointer exactly when the spec is split-K "
-            f"(k_split {spec.k_split}; parameters name {sorted(named)})",
+            "must carry k_splits and the workspace pointer exactly when the spec is split-K, the workspace "
+            f"pointer alone when it is stream-K (k_split {spec.k_split}; parameters name {sorted(named)})",
         )
     grid_rule = r.choice(rec, "grid", where, GRID_RULES)
     for varlen, pointer, rule in (

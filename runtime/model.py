@@ -126,6 +126,9 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     if splits > 1:  # every unit writes its fp32 partial; the last one waits for and reads all of them
         epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S + SPLIT_UNIT_S
     per_tile = TILE_FILL_S + steps * step + epilogue
+    busy = waves * per_tile
+    if spec.k_split == KSplit.stream:
+        busy = _stream_busy_s(tiles, steps, resident, cluster, step, epilogue, tm * tn)
     # Each extra tile along a short side (up to REREAD_TILES) streams the other operand again, partly from
     # L2: a swap-AB 64 x 8 tile at M = 16 (two tiles) took 1.15-1.26x its M = 8 time (the table's rows).
     tiles_m_raw, tiles_n_raw = math.ceil(m / tm), math.ceil(n / tn)
@@ -134,7 +137,21 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     streamed = m * k * a_bytes * a_passes + n * k * b_bytes * b_passes + m * n * d_bytes
     floor = streamed * batch / hbm_reach(active)
     l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
-    return LAUNCH_S + max(waves * per_tile, floor, l2_floor)
+    return LAUNCH_S + max(busy, floor, l2_floor)
+
+
+def _stream_busy_s(tiles, steps, resident, cluster, step, epilogue, tile_elems) -> float:
+    """Stream-K: one cluster's time on the walk of runtime/scheduling.py: its whole tiles, then its even
+    share of the partial wave's k-steps, plus for each of its (at most two) pieces the fill, its fp32
+    partial written and read back (`SPLIT_UNIT_S` for the hand-over, as split-K's units) and the store."""
+    workers = min(scheduling.stream_work_units(tiles // cluster, steps), resident // cluster)
+    data_parallel, stream, sharers = scheduling.stream_split(tiles // cluster, steps, workers)
+    busy = math.ceil(data_parallel / workers) * (TILE_FILL_S + steps * step + epilogue)
+    if stream:
+        share = stream * steps / sharers
+        partial = 2 * tile_elems * 4 / SM_STREAM_BYTES_PER_S + SPLIT_UNIT_S
+        busy += share * step + 2 * (TILE_FILL_S + partial) + epilogue
+    return busy
 
 
 def hbm_reach(active_sms: int) -> float:

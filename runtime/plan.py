@@ -96,11 +96,11 @@ class LaunchEntry:
         self.grouped = plan.grouped  # the launch patches the cu_seqlens_m address
         self.gathered = plan.gathered  # and the a_idx address
         self.varlen_k = plan.varlen_k  # grouped K: the offsets are cu_seqlens_k
-        # Split-K: the launch patches a workspace address (0 when one split needs none).
-        self.takes_workspace, self.workspace_bytes = plan.split, shape.workspace_bytes
+        # Split-K and stream-K: the launch patches a workspace address (0 when one split needs none).
+        self.takes_workspace, self.workspace_bytes = plan.takes_workspace, shape.workspace_bytes
         # The plain form: its parameters are (A, B, D, alpha) alone, so launch() with no options may
         # take it (runtime/api.py).
-        self.plain = not (plan.has_c or plan.split or plan.grouped or plan.gathered)
+        self.plain = not (plan.has_c or plan.takes_workspace or plan.grouped or plan.gathered)
         self.accepted = None  # the last (a, b, d, c) that `accept` passed
         self.plain_buffers = PlainBuffers(rec.param_bytes, rec.param_offsets) if self.plain else None
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
@@ -147,6 +147,8 @@ class LaunchPlan:
         "ops",
         "has_c",
         "split",
+        "stream",
+        "takes_workspace",
         "grouped",
         "gathered",
         "varlen_k",
@@ -165,6 +167,8 @@ class LaunchPlan:
         self.ops = problem.layouts(record.spec)
         self.has_c = record.spec.has_c
         self.split = record.spec.k_split == KSplit.split
+        self.stream = record.spec.k_split == KSplit.stream
+        self.takes_workspace = self.split or self.stream
         self.grouped = record.spec.varlen != Varlen.none
         self.varlen_k = record.spec.varlen == Varlen.k
         self.gathered = record.spec.gather_a
@@ -176,7 +180,7 @@ class LaunchPlan:
             *record.spec.launch_operands,
             "alpha",
             *(("beta",) if self.has_c else ()),
-            *(("workspace",) if self.split else ()),
+            *(("workspace",) if self.takes_workspace else ()),
             *((("cu_seqlens_k" if self.varlen_k else "cu_seqlens_m"),) if self.grouped else ()),
             *(("a_idx",) if self.gathered else ()),
         )
@@ -283,8 +287,12 @@ class LaunchPlan:
         values["group_size"] = group if group_size is None else group_size
         values["prefetch_operand"] = 0  # B_READY launch entries set it (`LaunchEntry`)
         splits, workspace_bytes = self._splits(total, values["k"], k_splits)
+        units = total * splits
         if self.split:
             values["k_splits"] = splits
+        if self.stream:  # its workspace is optional (`workspace_bytes` says how much it uses)
+            units = self._stream_units(total, values["k"])
+        if self.takes_workspace:
             values["workspace"] = 0  # patched per launch
         for op in self.ops:
             values[op.name] = 0  # patched per launch
@@ -295,7 +303,7 @@ class LaunchPlan:
             chunks.append(image[end:start])
             end = stop
         chunks.append(image[end:])
-        shape = Shape(tuple(chunks), total * splits, workspace_bytes, overlap.Footprints(self.ops, values))
+        shape = Shape(tuple(chunks), units, workspace_bytes, overlap.Footprints(self.ops, values))
         if len(self.shapes) >= _CACHED_PER_INSTANCE:
             self.shapes.clear()
         self.shapes[key] = shape
@@ -339,6 +347,20 @@ class LaunchPlan:
             )
         return k_splits, workspace
 
+    def _stream_units(self, cluster_tiles: int, k: int) -> int:
+        """Stream-K: the work units that size the grid (runtime/scheduling.py `stream_work_units`), after
+        checking that the kernel's int32 walk arithmetic holds: its k-tile numbers over the stream tiles
+        (fewer than two waves of stream tiles) times the clusters, plus as much again, stay below 2**31."""
+        k_tile_count = scheduling.k_tiles(k, self.record.spec.tile[2])
+        if 3 * scheduling.STREAM_MAX_SMS**2 * (k_tile_count + 1) > problem.INT32_MAX:
+            raise InvalidArgumentError(
+                f"k={k} is {k_tile_count} k-tiles, more than this stream-K instance's walk can number "
+                "in int32",
+                "split K into several launches accumulated through C, or use an instance without _streamk",
+                self.record.id,
+            )
+        return scheduling.stream_work_units(cluster_tiles, k_tile_count)
+
     def entry(self, key: tuple, shape: Shape, loaded, stream: int, mode, cu) -> LaunchEntry:
         """The cached `LaunchEntry` under `key` (the full launch key of runtime/api.py), built if new;
         `mode`: False, True (pdl) or `B_READY`."""
@@ -368,14 +390,20 @@ class LaunchPlan:
             if spec.k_split == KSplit.split and ProblemClass.of(spec) == mine
         )
         return InvalidArgumentError(
-            f"{what} given, but this instance does not split K (it has no workspace)",
+            f"{what} given, but this instance does not split K"
+            + (
+                " by a launch-time count (stream-K: its pieces are fixed)"
+                if self.stream
+                else " (it has no workspace)"
+            ),
             "drop it" + (f", or use a split-K instance: {', '.join(others)}" if others else ""),
             self.record.id,
         )
 
     def workspace_missing(self, nbytes: int) -> InvalidArgumentError:
         return InvalidArgumentError(
-            f"this split-K launch needs a workspace of {nbytes} bytes but workspace is None",
+            f"this {'stream-K' if self.stream else 'split-K'} launch needs a workspace of {nbytes} bytes but "
+            "workspace is None",
             "pass workspace=<16-byte aligned device allocation of hgemm_sm90.workspace_bytes(...) bytes, "
             "zeroed before its first use> (or k_splits=1, which needs none)",
             self.record.id,

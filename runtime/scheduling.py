@@ -104,6 +104,74 @@ def split_workspace_bytes(tiles: int, splits: int, tile_m: int, tile_n: int) -> 
     return 4 * (SPLIT_COUNTERS + tiles * splits * tile_m * tile_n)
 
 
+# Stream-K grids hold at most this many clusters per cluster tile (`persistent_grid` over tiles x
+# min(k-tiles, this) units), so that a problem of few tiles cuts each into a few pieces only (the tile's
+# last piece reads all the others' partials back); fewer tiles than that are split-K's problems.
+STREAM_UNITS_PER_TILE = 4
+
+
+def stream_work_units(cluster_tiles: int, k_tile_count: int) -> int:
+    """The work units a stream-K grid is sized by (`persistent_grid`), as the DSL's host code sizes it."""
+    return cluster_tiles * min(k_tile_count, STREAM_UNITS_PER_TILE)
+
+
+def stream_split(cluster_tiles: int, k_tile_count: int, workers: int) -> tuple[int, int, int]:
+    """Stream-K (instances with k_split "stream"): (data-parallel tiles, stream tiles, stream workers) of a
+    launch of `cluster_tiles` cluster tiles on `workers` clusters (codegen/kernels/tile_scheduler.
+    stream_split): the whole waves run tile by tile, the partial last wave's tiles are shared out by
+    k-tiles among all workers, but at most STREAM_UNITS_PER_TILE per tile (nor more than their k-tiles)."""
+    stream = cluster_tiles % workers
+    sharers = min(workers, stream * min(k_tile_count, STREAM_UNITS_PER_TILE))
+    return cluster_tiles - stream, stream, max(sharers, 1)
+
+
+def stream_range(worker: int, sharers: int, stream_tiles: int, k_tile_count: int) -> tuple[int, int]:
+    """Worker `worker`'s k-tiles [lo, hi) of the stream tiles, numbered tile-major (empty past sharers)."""
+    iters = stream_tiles * k_tile_count
+    return min(worker, sharers) * iters // sharers, min(worker + 1, sharers) * iters // sharers
+
+
+def stream_units(cluster_tiles: int, k_tile_count: int, workers: int, worker: int) -> list[tuple]:
+    """Worker `worker`'s work units in the order the kernel runs them (tile_scheduler.stream_unit):
+    (linear cluster tile, first k-tile, end k-tile, pieces, my slot, piece 0's slot, piece 1's slot): its
+    whole tiles, then its pieces of stream tiles, the last tile it touches first (so that every worker
+    runs the same k-tiles at the same time). The slots matter only when pieces > 1
+    (`stream_workspace_bytes`). For tests and the cost model."""
+    data_parallel, stream, sharers = stream_split(cluster_tiles, k_tile_count, workers)
+    lo, hi = stream_range(worker, sharers, stream, k_tile_count)
+    units = [(tile, 0, k_tile_count, 1, None, None, None) for tile in range(worker, data_parallel, workers)]
+    iters = stream * k_tile_count
+    pieces = []
+    for t in range(lo // k_tile_count, -(-hi // k_tile_count)) if lo < hi else ():
+        base = t * k_tile_count
+        first = ((base + 1) * sharers + iters - 1) // iters - 1
+        last = ((base + k_tile_count) * sharers + iters - 1) // iters - 1
+        pieces.append(
+            (
+                data_parallel + t,
+                max(lo - base, 0),
+                min(hi - base, k_tile_count),
+                last - first + 1,
+                2 * worker + (1 if lo < base else 0),
+                2 * first + (1 if first * iters // sharers < base else 0),
+                2 * first + 2,
+            )
+        )
+    return units + pieces[::-1]
+
+
+# Stream-K's workspace: two fp32 partial tiles per SM of the largest sm_90 GPU (a worker holds at most
+# two pieces of shared tiles: the start and the end of its range), after the split-K arrival counters.
+# Sized for 132 SMs (H100 SXM, H200) so that `workspace_bytes` needs no GPU and serves every Hopper board.
+STREAM_MAX_SMS = 132
+
+
+def stream_workspace_bytes(tile_m: int, tile_n: int) -> int:
+    """Bytes of workspace a stream-K launch needs: the arrival counters (SPLIT_COUNTERS int32, one per
+    CTA tile of the stream tiles), then two fp32 partial tiles per CTA of a full grid."""
+    return 4 * (SPLIT_COUNTERS + 2 * STREAM_MAX_SMS * tile_m * tile_n)
+
+
 def default_raster(clusters_m: int, clusters_n: int) -> tuple[int, int]:
     """(raster_along_m, group_size) for a problem of clusters_m x clusters_n cluster tiles."""
     along_m = 1 if clusters_n > clusters_m else 0

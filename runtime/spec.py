@@ -17,7 +17,7 @@ runtime reads the manifest's specs with it.
 
 Instance id format (base, fixed forever once shipped), then optional suffix tokens:
 
-    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm|_varlenk][_gathera]
+    sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{sched}[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk|_streamk][_varlenm|_varlenk][_gathera]
     e.g. sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop
          sm90_e4m3_e5m2_bf16_fp32acc_kkn_128x128x128_c1x1_pp_cbf16n_fastacc
 
@@ -31,6 +31,8 @@ in that order. Defined today, in order:
                           kernel's, so a 64x8 tile covers 64 columns of N and 8 rows of M)
   `_splitk`               split-K: each output tile's K loop is cut into a launch-time number of ranges,
                           reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Split-K")
+  `_streamk`              stream-K: the last tiles of the walk are shared out among all SMs by k-tiles,
+                          reduced through a workspace (`GemmSpec.k_split`, docs/CONTRACT.md "Stream-K")
   `_varlenm`, `_varlenk`  grouped GEMM with a per-group M, or K (`GemmSpec.varlen`, docs/CONTRACT.md
                           "Grouped GEMM")
   `_gathera`              grouped GEMM whose A rows (varlen M) or K columns (varlen K) are gathered through
@@ -165,11 +167,13 @@ class Schedule(StrEnum):
 
 
 class KSplit(StrEnum):
-    """How an instance divides the K loop of one output tile: not at all, or into `k_splits` ranges given
-    at launch (split-K, reduced through a workspace). ("stream", stream-K, is reserved: not built.)"""
+    """How an instance divides the K loop of one output tile: not at all, into `k_splits` ranges given
+    at launch (split-K), or as stream-K does (the tiles of the last waves shared out among all SMs by
+    k-tiles); both reduce the pieces of a tile through a workspace."""
 
     none = "none"
     split = "split"
+    stream = "stream"
 
 
 class Varlen(StrEnum):
@@ -288,7 +292,9 @@ class GemmSpec:
     `k_split` "split" (split-K, for problems with too few output tiles to fill the GPU): the kernel cuts
     each tile's K loop into `k_splits` ranges (a launch argument), one work unit each, and the last unit
     of a tile to finish adds the fp32 partial sums in a fixed order (deterministic) through a caller-given
-    workspace (`hgemm_sm90.workspace_bytes`).
+    workspace (`hgemm_sm90.workspace_bytes`). `k_split` "stream" (stream-K, for problems whose tiles do
+    not fill whole waves): the walk's last tiles are cut into pieces by k-tiles, shared out evenly among
+    all clusters of the grid, and reduced the same way (docs/CONTRACT.md "Stream-K").
 
     `varlen` "m" (grouped GEMM, e.g. a mixture-of-experts layer in one launch): A is (total M) x K with
     the rows of G groups concatenated, B is G x N x K, D is (total M) x N; group g computes its rows
@@ -590,9 +596,9 @@ _SUFFIXES = (
         lambda tok: {"swap_ab": True} if tok == "swapab" else None,
     ),
     (
-        "split-K",
-        lambda s: "splitk" if s.k_split == KSplit.split else None,
-        lambda tok: {"k_split": KSplit.split} if tok == "splitk" else None,
+        "split-K or stream-K",
+        lambda s: {KSplit.split: "splitk", KSplit.stream: "streamk"}.get(s.k_split),
+        lambda tok: {"splitk": {"k_split": KSplit.split}, "streamk": {"k_split": KSplit.stream}}.get(tok),
     ),
     (
         "grouped (variable M per group)",
@@ -626,5 +632,5 @@ REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in _ROW
 _BASE_TOKENS = 9
 _ID_FORMAT = (
     "sm90_{a}_{b}_{d}_{acc}acc_{am}{bm}{dm}_{M}x{N}x{K}_c{cm}x{cn}_{coop|pp}"
-    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk][_varlenm|_varlenk][_gathera]"
+    "[_c{c_dtype}{c_major}][_fastacc][_swapab][_splitk|_streamk][_varlenm|_varlenk][_gathera]"
 )

@@ -1,11 +1,11 @@
-"""The split-K workspaces that `gemm()` owns, so that its callers never see one (`launch()` takes the
-caller's own, like cuBLASLt).
+"""The split-K and stream-K workspaces that `gemm()` owns, so that its callers never see one (`launch()`
+takes the caller's own, like cuBLASLt).
 
 One zeroed device allocation of `CAPACITY` bytes per stream (and, for the default streams, per context),
 made on the first split-K call on that stream and kept for the life of the process: a kernel in flight,
 or a CUDA graph captured with its address, may use it at any later time, so it is never freed or moved.
 It is zeroed with cuMemsetD32Async on the stream itself, so the first kernel finds its arrival counters
-at 0 (every split-K launch leaves them at 0 again, codegen/kernels/gemm_sm90.py `_reduce_splits`). Split-K
+at 0 (every split-K launch leaves them at 0 again, codegen/kernels/gemm_sm90.py `_reduce_parts`). Split-K
 launches on one stream run one after another, so one workspace serves them all.
 
 While a stream is being captured into a CUDA graph no workspace is created for it (allocating is illegal
@@ -14,7 +14,7 @@ gets None and runs its instance with k_splits=1 (no workspace; correct, but othe
 launch) until the stream has one. Warm a stream up outside capture (as torch's graph capture asks anyway)
 to capture split-K launches. A problem whose default split needs more than `CAPACITY` (none of the shipped
 instances does: the default split count keeps one wave of units, runtime/scheduling.py) likewise runs
-with k_splits=1.
+with k_splits=1; a stream-K instance without a workspace runs every tile whole.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ import threading
 from .device import DEFAULT_STREAMS
 from .driver import check, handle
 
-CAPACITY = 16 << 20  # bytes: 132 units of 128 x 128 fp32 partials (8.4 MiB) with room to spare
+# Bytes: the largest shipped need, a stream-K 128 x 256 tile's two fp32 partials per SM (33 MiB,
+# runtime/scheduling.py `stream_workspace_bytes`), with room to spare; split-K's default split keeps one
+# wave of 128 x 128 partials (8.4 MiB). cuBLAS keeps a workspace of this order per stream on Hopper too.
+CAPACITY = 36 << 20
 
 _lock = threading.Lock()
 

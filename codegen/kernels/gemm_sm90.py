@@ -23,7 +23,7 @@ Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
 - Persistent: a grid of at most `max_active_clusters` clusters walks all output tiles (tile_scheduler.py).
 - Split-K (`KernelConfig.k_split`): the walk is over work units, `k_splits` per tile, each a contiguous
   range of the tile's k-tiles; the tile's last unit to finish sums the fp32 partials from a workspace in a
-  fixed order and stores the tile (`HopperGemm._reduce_splits`; docs/KERNEL.md).
+  fixed order and stores the tile (`HopperGemm._reduce_parts`; docs/KERNEL.md).
 - Grouped GEMM (`KernelConfig.varlen_m`, `gather_a`, `varlen_k`): one launch for G groups whose M or K
   differs, with the sizes read on the device; the walk over groups, the grouped producers and the
   k-tile trims are in grouped.py (`GroupedWalks`, which `HopperGemm` inherits); the row-bounded store of
@@ -60,7 +60,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cutlass_dsl import T
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from runtime.scheduling import SPLIT_COUNTERS
+from runtime.scheduling import SPLIT_COUNTERS, STREAM_UNITS_PER_TILE
 
 from .barriers import (
     EPI_TURN_BARRIER,
@@ -69,7 +69,16 @@ from .barriers import (
     THREADS_PER_WARPGROUP,
 )
 from .grouped import GroupedWalks
-from .tile_scheduler import cluster_tile_coord, edge_origin, split_unit, varlen_locate
+from .tile_scheduler import (
+    cluster_tile_coord,
+    edge_origin,
+    split_unit,
+    stream_range,
+    stream_split,
+    stream_unit,
+    stream_unit_count,
+    varlen_locate,
+)
 
 # The producer issues griddepcontrol.wait before its first load of anything the previous grid may write
 # (every other global access follows one of its loads), so a launch with programmatic stream
@@ -124,8 +133,13 @@ class KernelConfig:
     # Split-K (cooperative): the host entry takes `k_splits` and a workspace pointer; each cluster tile's
     # k-tiles are cut into `k_splits` contiguous ranges, one work unit each (every CTA of the cluster runs
     # the same range of its own tile), reduced per CTA tile in a fixed order by the unit that finishes
-    # last (`HopperGemm._reduce_splits`).
+    # last (`HopperGemm._reduce_parts`).
     k_split: bool = False
+    # Stream-K (cooperative): the host entry takes a workspace pointer; the last tiles of the walk are
+    # shared out among all clusters of the grid by k-tiles (tile_scheduler.stream_split), so a problem
+    # whose tiles do not fill whole waves still keeps every SM busy; pieces of a tile are reduced as
+    # split-K's units are (`HopperGemm._reduce_parts`).
+    stream_k: bool = False
     # Grouped GEMM, variable M per group: the host entry takes `cu_seqlens_m` (int32[G + 1] row offsets, a
     # device pointer); B's batch mode counts the groups; A and D hold all groups' rows, and each D
     # sub-tile goes from its staging buffer to global memory in 16-byte vectors with the group's row
@@ -202,6 +216,8 @@ def make_gemm(config: KernelConfig) -> "HopperGemm":
     with_c = config.c_dtype is not None
     if config.k_split:
         return HopperGemmSplitK(config)
+    if config.stream_k:
+        return HopperGemmStreamK(config)
     if config.varlen_m and config.gather_a:
         return (HopperGemmGatherAWithC if with_c else HopperGemmGatherA)(config)
     if config.varlen_m:
@@ -251,15 +267,18 @@ class HopperGemm(GroupedWalks):
         self.num_mcast_b = self.cluster_mn[0]  # B tiles are shared along a cluster column (same N)
         self.buffer_align_bytes = 1024
         self.k_split = config.k_split
+        self.stream_k = config.stream_k
         self.varlen_m = config.varlen_m
         self.varlen_k = config.varlen_k
         self.gather_a = config.gather_a
         # Edge tiles moved inside the tensor (`tile_scheduler.edge_origin`): for the plain walk without C.
         # Not with C, because C may be D itself (the in-place update): a moved tile would read C rows its
         # neighbour may already have overwritten. Not for the grouped walks, whose tiles are bounded by
-        # their group's rows or K range, not by the tensor's.
+        # their group's rows or K range, not by the tensor's. Not for stream-K: a moved tile and its
+        # neighbour store the same rows, and when one is cut into pieces and the other is not, their
+        # sums are rounded differently, so the bits there would depend on which store lands last.
         self.clamp_edges = config.c_dtype is None and not (
-            config.varlen_m or config.varlen_k or config.gather_a
+            config.stream_k or config.varlen_m or config.varlen_k or config.gather_a
         )
 
     # ------------------------------------------------------------------ host side
@@ -404,6 +423,10 @@ class HopperGemm(GroupedWalks):
         if cutlass.const_expr(self.k_split):
             k_tiles = (cute.size(mA, mode=[1]) + self.tile_mnk[2] - 1) // self.tile_mnk[2]
             work_units = cluster_tiles * cutlass.max(cutlass.min(k_splits, k_tiles), 1)
+        if cutlass.const_expr(self.stream_k):
+            # Up to STREAM_UNITS_PER_TILE clusters per tile: a stream tile is cut into a few pieces only.
+            k_tiles = (cute.size(mA, mode=[1]) + self.tile_mnk[2] - 1) // self.tile_mnk[2]
+            work_units = cluster_tiles * cutlass.min(k_tiles, STREAM_UNITS_PER_TILE)
         num_clusters = cutlass.min(work_units, max_active_clusters)
 
         # Shared memory: the A/B ring's full/empty mbarriers, the C buffers' mbarriers (if C is read), then
@@ -421,7 +444,7 @@ class HopperGemm(GroupedWalks):
         fields["sD"] = buffer(self.d_dtype, epi_smem_staged)
         if cutlass.const_expr(mC is not None):
             fields["sC"] = buffer(self.c_dtype, c_smem_staged)
-        if cutlass.const_expr(self.k_split):
+        if cutlass.const_expr(self.k_split or self.stream_k):
             fields["split_arrivals"] = cute.struct.MemRange[Int32, 1]  # broadcast of the arrival count
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
@@ -622,7 +645,20 @@ class HopperGemm(GroupedWalks):
         if cutlass.const_expr(self.k_split):
             splits = cutlass.max(cutlass.min(k_splits, k_tile_cnt), 1)
             split_arrivals = storage.split_arrivals.data_ptr()
-        work_units = cluster_tiles * splits
+        work_units = cluster_tiles * splits  # the walk ends where its linear index reaches this
+        if cutlass.const_expr(self.stream_k):
+            # Stream-K: `splits` carries the walk's parameters instead of a split count (`_plain_unit`),
+            # and the walk of this cluster ends after its own unit count (clusters hold different counts).
+            split_arrivals = storage.split_arrivals.data_ptr()
+            data_parallel, stream_tiles, sharers = stream_split(cluster_tiles, k_tile_cnt, num_clusters)
+            if workspace.toint() == 0:
+                # Launched without a workspace (allowed: gemm() on a stream captured before it has one):
+                # every tile runs whole.
+                data_parallel, stream_tiles = cluster_tiles, Int32(0)
+            lo, hi = stream_range(cluster_id, sharers, stream_tiles, k_tile_cnt)
+            splits = (cluster_id, num_clusters, data_parallel, stream_tiles, sharers, lo, hi)
+            units = stream_unit_count(data_parallel, cluster_id, num_clusters, lo, hi, k_tile_cnt)
+            work_units = cluster_id + units * num_clusters
         # Grouped (varlen M): the groups' row offsets, int32[G + 1] (G = B's batch extent).
         seqlens = None
         if cutlass.const_expr(self.varlen_m):
@@ -820,7 +856,7 @@ class HopperGemm(GroupedWalks):
                 gD_mnl,
                 gC_mnl,
                 k_tile_cnt,
-                cluster_tiles,
+                work_units,
                 splits,
                 workspace,
                 split_arrivals,
@@ -942,11 +978,17 @@ class HopperGemm(GroupedWalks):
         cluster_coord_mnk,
     ):
         """The plain walk's work unit `linear` for this CTA: (tile m, tile n, batch, first k-tile, end
-        k-tile); a whole tile's K unless split-K (tile_scheduler.py)."""
+        k-tile); a whole tile's K unless split-K or stream-K (tile_scheduler.py). `splits`: split-K's
+        split count, or stream-K's walk parameters (see `kernel`)."""
         cm, cn = self.cluster_mn
         tile_linear, k_begin, k_end = linear, 0, k_tile_cnt
         if cutlass.const_expr(self.k_split):
             tile_linear, _, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
+        if cutlass.const_expr(self.stream_k):
+            worker, workers = splits[0], splits[1]
+            tile_linear, k_begin, k_end, _, _, _, _ = stream_unit(
+                (linear - worker) // workers, *splits, k_tile_cnt
+            )
         ctile_m, ctile_n, batch = cluster_tile_coord(
             tile_linear, clusters_m, clusters_n, raster_along_m, group_size
         )
@@ -1109,7 +1151,7 @@ class HopperGemm(GroupedWalks):
         gD_mnl: cute.Tensor,
         gC_mnl,
         k_tile_cnt: Int32,
-        cluster_tiles: Int32,
+        work_units: Int32,
         splits,
         workspace,
         split_arrivals,
@@ -1194,7 +1236,7 @@ class HopperGemm(GroupedWalks):
         group, first_tile = Int32(0), Int32(0)
         num_groups, total_rows = Int32(0), Int32(0)
         rows_per_cluster_tile = self.tile_mnk[0] * cm
-        more = linear < cluster_tiles * splits
+        more = linear < work_units
         if cutlass.const_expr(self.varlen_m):
             num_groups = cute.size(seqlens) - 1
             total_rows = cute.size(mD_mnl, mode=[0])
@@ -1206,6 +1248,11 @@ class HopperGemm(GroupedWalks):
             tile_linear, split, k_begin, k_end = linear, 0, 0, k_tile_cnt
             if cutlass.const_expr(self.k_split):
                 tile_linear, split, k_begin, k_end = split_unit(linear, splits, k_tile_cnt)
+            if cutlass.const_expr(self.stream_k):
+                worker, workers = splits[0], splits[1]
+                tile_linear, k_begin, k_end, pieces, mine, slot0, slot1 = stream_unit(
+                    (linear - worker) // workers, *splits, k_tile_cnt
+                )
             row_first, row_end = Int32(0), Int32(0)
             if cutlass.const_expr(self.varlen_m):
                 tile_m, tile_n, row_first, row_end = self._grouped_tile(
@@ -1269,20 +1316,21 @@ class HopperGemm(GroupedWalks):
                 epi_buffer, c_count = self._epilogue(
                     epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl, mC_mnl, row_first, row_end
                 )
-            elif cutlass.const_expr(self.k_split):
+            elif cutlass.const_expr(self.k_split or self.stream_k):
                 # Only the tile's last unit to finish holds the whole sum; the others are done.
                 # The workspace's counters and partials are per CTA tile: a cluster tile holds
                 # cluster_m x cluster_n of them, each reduced by its own CTA.
-                if self._reduce_splits(
-                    epi,
-                    accumulators,
-                    workspace,
-                    split_arrivals,
-                    tile_linear * (cm * cn) + cluster_coord_mnk[0] * cn + cluster_coord_mnk[1],
-                    split,
-                    splits,
-                    tidx % self.tile_threads,
-                ):
+                # Split-K: the units of a tile are its splits, in slots tile * S + split; stream-K: a
+                # stream tile's counter is its number among the stream tiles, and `stream_unit` gave the
+                # slots of its pieces.
+                ctas = cm * cn
+                parts = (tile_linear * ctas + cluster_coord_mnk[0] * cn + cluster_coord_mnk[1], splits, split)
+                if cutlass.const_expr(self.stream_k):
+                    rank = cluster_coord_mnk[0] * cn + cluster_coord_mnk[1]
+                    counter = (tile_linear - splits[2]) * ctas + rank
+                    slots = (mine * ctas + rank, slot0 * ctas + rank, slot1 * ctas + rank, 2 * ctas)
+                    parts = (counter, pieces, slots)
+                if self._reduce_parts(epi, accumulators, workspace, split_arrivals, *parts, tile_tidx):
                     epi_buffer, c_count = self._epilogue(
                         epi, tile_m, tile_n, batch, epi_buffer, c_count, mD_mnl
                     )
@@ -1310,7 +1358,7 @@ class HopperGemm(GroupedWalks):
                 )
                 more = group < num_groups
             else:
-                more = linear < cluster_tiles * splits
+                more = linear < work_units
 
         # Drain outstanding TMA stores before the CTA exits.
         self._drain_stores(epi)
@@ -1619,58 +1667,69 @@ class HopperGemm(GroupedWalks):
                     cute.autovec_copy(staged[(None, i, j)], g_sub[(None, i, j)])
 
     @cute.jit
-    def _reduce_splits(
+    def _reduce_parts(
         self,
         epi: EpilogueContext,
         accumulators: cute.Tensor,
         workspace,
         split_arrivals,
-        tile_linear: Int32,
-        split: Int32,
-        splits: Int32,
+        counter: Int32,
+        parts: Int32,
+        slots,
         tile_tidx: Int32,
     ):
-        """Split-K: publish this unit's fp32 partial sum and count its arrival; the tile's last unit to
-        arrive sums all partials into `accumulators` and returns True (it stores the tile), the others
-        return False. With one split there is nothing to reduce (True, the workspace is not touched).
-        `tile_linear` numbers this CTA's tile over the whole launch (cluster tile x CTAs per cluster +
-        the CTA's rank in its cluster): in a cluster every CTA reduces its own tile.
+        """Split-K and stream-K: publish this unit's fp32 partial sum of a tile that `parts` units share
+        and count its arrival; the tile's last unit to arrive sums all partials into `accumulators` and
+        returns True (it stores the tile), the others return False. With one part there is nothing to
+        reduce (True, the workspace is not touched). Indices are per CTA tile (in a cluster every CTA
+        reduces its own tile): `counter` is the tile's arrival counter (also its number under split-K).
+        `slots`: under split-K this unit's split (part j of tile t is in slot t * parts + j); under
+        stream-K (this unit's slot, part 0's slot, part 1's slot, the step between later parts' slots).
 
-        Deterministic: every partial goes through the workspace and the last arriver adds them in split
-        order 0, 1, ..., S-1, so the bits do not depend on which unit finishes last. Workspace layout
-        (runtime/scheduling.py sizes it for `workspace_bytes`): SPLIT_COUNTERS int32 arrival counters, one
-        per tile (a fixed block, so that no problem's partials land on another problem's counters), then
-        the partials, unit by unit (tile-major, then split), each as `[accumulator register][tile
-        thread]` fp32 so that a warp's stores and loads are coalesced. The last arriver resets its tile's
-        counter to 0, so a workspace stays ready for the next launch of any shape (it must be zero before
-        its first use).
+        Deterministic: every partial goes through the workspace and the last arriver adds them in part
+        order 0, 1, ..., parts - 1, so the bits do not depend on which unit finishes last. Workspace
+        layout (runtime/scheduling.py sizes it for `workspace_bytes`): SPLIT_COUNTERS int32 arrival
+        counters (a fixed block, so that no problem's partials land on another problem's counters), then
+        the partial slots, each as `[accumulator register][tile thread]` fp32 so that a warp's stores
+        and loads are coalesced. The last arriver resets its tile's counter to 0, so a workspace stays
+        ready for the next launch of any shape (it must be zero before its first use).
         """
         is_last = cutlass.Boolean(True)
-        if splits > 1:
+        if parts > 1:
             values = cute.size(accumulators)
             unit_words = values * self.tile_threads
             counters = cute.recast_ptr(workspace, dtype=Int32)
-            partials = workspace + SPLIT_COUNTERS + tile_linear * splits * unit_words
-            mine = partials + split * unit_words + tile_tidx
+            if cutlass.const_expr(self.stream_k):
+                mine, slot0, slot1, stride = slots
+                base = workspace + SPLIT_COUNTERS + tile_tidx
+                own = base + mine * unit_words
+                first = base + slot0 * unit_words
+                later = base + slot1 * unit_words  # part 1; part j > 1 lies (j - 1) * stride slots on
+                step = stride * unit_words
+            else:
+                partials = workspace + SPLIT_COUNTERS + counter * parts * unit_words
+                own = partials + slots * unit_words + tile_tidx
+                first = partials + tile_tidx
             for v in cutlass.range_constexpr(values):
-                cute.arch.store(mine + v * self.tile_threads, accumulators[v], cop="cg")
+                cute.arch.store(own + v * self.tile_threads, accumulators[v], cop="cg")
             # Release: every thread's partial is visible GPU-wide before the tile's arrival is counted.
             cute.arch.fence_acq_rel_gpu()
             epi.barrier.arrive_and_wait()
             if tile_tidx == 0:
-                arrived = cute.arch.atomic_add(counters + tile_linear, Int32(1), sem="acq_rel", scope="gpu")
+                arrived = cute.arch.atomic_add(counters + counter, Int32(1), sem="acq_rel", scope="gpu")
                 split_arrivals[0] = arrived
-                if arrived == splits - 1:
-                    counters[tile_linear] = Int32(0)  # every unit of this tile has arrived
+                if arrived == parts - 1:
+                    counters[counter] = Int32(0)  # every unit of this tile has arrived
             epi.barrier.arrive_and_wait()
-            is_last = split_arrivals[0] == splits - 1
+            is_last = split_arrivals[0] == parts - 1
             if is_last:
                 cute.arch.fence_acq_rel_gpu()  # acquire: the other units' partials
-                first = partials + tile_tidx
                 for v in cutlass.range_constexpr(values):
                     accumulators[v] = cute.arch.load(first + v * self.tile_threads, Float32, cop="cg")
-                for j in range(1, splits):
-                    part = first + j * unit_words
+                for j in range(1, parts):
+                    part = first + j * unit_words  # split-K: the tile's parts are consecutive slots
+                    if cutlass.const_expr(self.stream_k):
+                        part = later + (j - 1) * step
                     for v in cutlass.range_constexpr(values):
                         accumulators[v] = accumulators[v] + cute.arch.load(
                             part + v * self.tile_threads, Float32, cop="cg"
@@ -1940,7 +1999,7 @@ class HopperGemmWithC(HopperGemm):
 class HopperGemmSplitK(HopperGemm):
     """The kernel with split-K: each output tile's k-tiles are cut into `k_splits` ranges (clamped to 1 ..
     k-tiles), each a work unit of the persistent walk, reduced through `workspace` (fp32, 16-byte aligned;
-    `HopperGemm._reduce_splits` gives its layout). D = alpha * A @ B^T (no C)."""
+    `HopperGemm._reduce_parts` gives its layout). D = alpha * A @ B^T (no C)."""
 
     @cute.jit
     def __call__(
@@ -1969,6 +2028,42 @@ class HopperGemmSplitK(HopperGemm):
             max_active_clusters,
             stream,
             k_splits,
+            workspace,
+            prefetch_operand=prefetch_operand,
+        )
+
+
+class HopperGemmStreamK(HopperGemm):
+    """The kernel with stream-K: the walk's last tiles are shared out among all clusters of the grid by
+    k-tiles (tile_scheduler.stream_split), their pieces reduced through `workspace` (fp32, 16-byte
+    aligned; `HopperGemm._reduce_parts`). D = alpha * A @ B^T (no C)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mD: cute.Tensor,
+        alpha: Float32,
+        raster_along_m: Int32,
+        group_size: Int32,
+        prefetch_operand: Int32,
+        max_active_clusters: Int32,
+        workspace: cute.Pointer,
+        stream: cuda.CUstream,
+    ):
+        self._launch(
+            mA,
+            mB,
+            mD,
+            None,
+            alpha,
+            None,
+            raster_along_m,
+            group_size,
+            max_active_clusters,
+            stream,
+            None,
             workspace,
             prefetch_operand=prefetch_operand,
         )

@@ -19,6 +19,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 
+from runtime.scheduling import STREAM_UNITS_PER_TILE
+
 
 def cluster_tile_coord(
     linear: Int32,
@@ -65,6 +67,84 @@ def split_unit(linear: Int32, splits: Int32, k_tiles: Int32):
     tile = linear // splits
     split = linear - tile * splits
     return tile, split, split * k_tiles // splits, (split + 1) * k_tiles // splits
+
+
+def stream_split(cluster_tiles: Int32, k_tiles: Int32, workers: Int32):
+    """Stream-K: (data-parallel tiles, stream tiles, stream workers). The whole waves of the walk run as
+    usual, a tile per worker (cluster of the grid) at a time; the tiles of the partial last wave (the
+    stream tiles) are shared out by k-tiles among `stream workers` of the workers: all of them, but at
+    most STREAM_UNITS_PER_TILE per stream tile (and never more than the stream tiles' k-tiles), so that
+    no tile is cut into many pieces. Mirrored by `hgemm_sm90.scheduling.stream_split`."""
+    stream = cluster_tiles - cluster_tiles // workers * workers
+    sharers = cutlass.min(workers, stream * cutlass.min(k_tiles, STREAM_UNITS_PER_TILE))
+    return cluster_tiles - stream, stream, cutlass.max(sharers, 1)
+
+
+def stream_range(worker: Int32, sharers: Int32, stream_tiles: Int32, k_tiles: Int32):
+    """Stream-K: worker `worker`'s share [lo, hi) of the stream tiles' k-tiles, numbered tile-major over
+    the stream tiles (k-tile x of stream tile t is t * k_tiles + x): contiguous, sizes differing by at most
+    one, none shorter than one k-tile nor longer than a tile; empty for the workers past `sharers`.
+    Mirrored by `hgemm_sm90.scheduling.stream_range`."""
+    iters = stream_tiles * k_tiles
+    return (
+        cutlass.min(worker, sharers) * iters // sharers,
+        cutlass.min(worker + 1, sharers) * iters // sharers,
+    )
+
+
+def stream_pieces(lo: Int32, hi: Int32, k_tiles: Int32):
+    """Stream-K: how many stream tiles a worker's range [lo, hi) touches (0, 1 or 2)."""
+    return cutlass.min(hi - lo, 1) * ((cutlass.max(hi, 1) - 1) // k_tiles - lo // k_tiles + 1)
+
+
+def stream_unit_count(
+    data_parallel: Int32, worker: Int32, workers: Int32, lo: Int32, hi: Int32, k_tiles: Int32
+):
+    """Stream-K: how many work units a worker runs: its data-parallel tiles (worker, worker + workers,
+    ... below data_parallel), then one piece per stream tile that its range [lo, hi) touches."""
+    return (data_parallel - worker + workers - 1) // workers + stream_pieces(lo, hi, k_tiles)
+
+
+def stream_unit(
+    unit: Int32,
+    worker: Int32,
+    workers: Int32,
+    data_parallel: Int32,
+    stream_tiles: Int32,
+    sharers: Int32,
+    lo: Int32,
+    hi: Int32,
+    k_tiles: Int32,
+):
+    """Stream-K: a worker's work unit `unit` (0, 1, ...) as (linear cluster tile, first k-tile, end
+    k-tile, pieces, my slot, first piece's slot, second piece's slot). The worker's first units are whole
+    data-parallel tiles (worker + unit * workers, below data_parallel); then come its pieces of stream
+    tiles, the last tile its range touches first: that piece starts at k-tile 0, the other (the end of
+    the tile before) ends at the last k-tile, so every worker runs k-tile x of its tiles at about the same
+    time, as the data-parallel walk does, and tiles that share operand panels find them in L2.
+
+    A stream tile's pieces belong to consecutive workers (`first` .. `last`, the owners of its first and
+    last k-tile); with more than one piece each is reduced through a workspace slot as split-K's units
+    are (`HopperGemm._reduce_parts`): slot 2w for the piece worker w's range starts with, 2w + 1 for the
+    one it ends with (at most two: a range is at most a tile long), so piece 0 of a tile is in slot
+    2 * first (+1 when first's range began in an earlier tile) and piece j > 0 in slot 2 * (first + j).
+    With one piece, the slots are unused. Blended arithmetically between the two kinds of unit.
+    Mirrored by `hgemm_sm90.scheduling.stream_units`."""
+    whole = (data_parallel - worker + workers - 1) // workers  # this worker's data-parallel tiles
+    shared = cutlass.min(cutlass.max(unit - whole + 1, 0), 1)  # 1 for a piece of a stream tile
+    iters = cutlass.max(stream_tiles * k_tiles, 1)
+    later = stream_pieces(lo, hi, k_tiles) - 1 - cutlass.max(unit - whole, 0)  # pieces in reverse order
+    t = lo // k_tiles + cutlass.max(later, 0)
+    base = t * k_tiles
+    first = ((base + 1) * sharers + iters - 1) // iters - 1
+    last = ((base + k_tiles) * sharers + iters - 1) // iters - 1
+    began_before = cutlass.min(cutlass.max(base - first * iters // sharers, 0), 1)
+    tile = shared * (data_parallel + t) + (1 - shared) * (worker + unit * workers)
+    k_begin = shared * cutlass.max(lo - base, 0)
+    k_end = shared * cutlass.min(hi - base, k_tiles) + (1 - shared) * k_tiles
+    pieces = shared * (last - first) + 1
+    mine = 2 * worker + cutlass.min(cutlass.max(base - lo, 0), 1)
+    return tile, k_begin, k_end, pieces, mine, 2 * first + began_before, 2 * first + 2
 
 
 def edge_origin(tile: Int32, size: int, extent: Int32):

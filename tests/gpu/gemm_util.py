@@ -418,7 +418,7 @@ def launch(p: Problem, stream=None, ptrs=None, instance=None, **overrides) -> No
         kw["group_size"] = case.group_size
     kw.update(overrides)
     inst = instance or p.inst
-    if getattr(inst, "k_split", "none") == "split" and "workspace" not in kw:
+    if getattr(inst, "k_split", "none") != "none" and "workspace" not in kw:
         kw["workspace"] = workspace(inst, case, kw.get("k_splits"))
     hgemm_sm90.launch(
         inst.id,
@@ -428,12 +428,12 @@ def launch(p: Problem, stream=None, ptrs=None, instance=None, **overrides) -> No
     )
 
 
-_WORKSPACES: dict = {}  # by (device, stream): split-K launches on one stream share a workspace
+_WORKSPACES: dict = {}  # by (device, stream): split-K and stream-K launches on one stream share one
 
 
 def workspace(inst, case: Case, k_splits=None) -> int | None:
-    """A zeroed split-K workspace big enough for ``case`` on the current stream (the kernel leaves it
-    zeroed, so one serves every launch of the stream), or None where the launch needs none."""
+    """A zeroed split-K or stream-K workspace big enough for ``case`` on the current stream (the kernel
+    leaves it zeroed, so one serves every launch of the stream), or None where the launch needs none."""
     nbytes = hgemm_sm90.workspace_bytes(inst.id, case.m, case.n, case.k, case.batch, k_splits=k_splits)
     if not nbytes:
         return None

@@ -77,8 +77,9 @@ SHAPE = sc.Shape(2040, 3320, 528, 2)
 SHAPES = dict.fromkeys(TOOLS, SHAPE)  # per tool, should one tool need a smaller problem
 # The cover has 37 today (2026-12-01: session 8's eight tile_n_fit tile families joined the 24, session
 # 11's grouped 1x2 and 192-row ping-pong tiles two more, session 12's gathering pairs one, session 15's
-# swap-AB 128-row tiles one, session 18's split-K in a 2x1 cluster one); a cover past this would blow the
-# time budget: rethink the rule.
+# swap-AB 128-row tiles one, session 18's split-K in a 2x1 cluster one, which session 21's stream-K
+# 128 x 128 2x1 replaced: it covers "in a cluster" too); a cover past this would blow the time budget:
+# rethink the rule.
 MAX_INSTANCES = 37
 SANITIZER_EXIT = 99
 TIMEOUT_S = float(os.environ.get("HGEMM_SANITIZER_TIMEOUT_S", "300"))

@@ -118,7 +118,8 @@ def test_ci_profile_has_every_kernel_parameter_explained(kernels):
             *(("prefetch_operand",) if plain_walk else ()),
         }
         assert {p.name for p in rec.params if p.kind == "i32"} == i32
-        pointers = {"workspace"} if split else {"cu_seqlens_m"} if spec.varlen_m else set()
+        # Split-K and stream-K take a workspace (stream-K without a split count).
+        pointers = {"workspace"} if spec.k_split != "none" else {"cu_seqlens_m"} if spec.varlen_m else set()
         pointers |= {"cu_seqlens_k"} if spec.varlen_k else set()
         pointers |= {"a_idx"} if spec.gather_a else set()
         assert {p.name for p in rec.params if p.kind == "pointer"} == pointers
@@ -164,6 +165,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values[name] = pr[name]
             if spec.k_split == "split":
                 values["k_splits"], values["workspace"] = pr["k_splits"], pr["workspace"]
+            if spec.k_split == "stream":
+                values["workspace"] = pr["workspace"]
             if spec.varlen == "none":
                 values["prefetch_operand"] = pr["prefetch_operand"]
             if spec.varlen_m:
@@ -205,6 +208,8 @@ def test_runtime_bytes_equal_the_dsl_host_code(kernels, case_seed):
                 values["m"], values["n"], values["l"], *spec.problem_tile, *spec.problem_cluster
             )
             total *= values.get("k_splits", 1)
+            if spec.k_split == "stream":  # up to STREAM_UNITS_PER_TILE clusters per tile
+                total = scheduling.stream_work_units(total, scheduling.k_tiles(values["k"], spec.tile[2]))
             if spec.varlen_m:
                 total = scheduling.grouped_cluster_tiles(
                     values["m"], values["n"], values["g"], *spec.problem_tile, *spec.problem_cluster

@@ -62,6 +62,8 @@ def _expect(man, iid, values, clusters=66):
         values["m"], values["n"], values["l"], *rec.spec.problem_tile, *rec.spec.problem_cluster
     )
     total *= values.get("k_splits", 1)  # split-K: one work unit per split of each tile
+    if rec.spec.k_split == "stream":  # stream-K: up to STREAM_UNITS_PER_TILE clusters per tile
+        total = scheduling.stream_work_units(total, scheduling.k_tiles(values["k"], rec.spec.tile[2]))
     if rec.spec.varlen_m:  # grouped: a bound from the total rows and the group count
         total = scheduling.grouped_cluster_tiles(
             values["m"], values["n"], values["g"], *rec.spec.problem_tile, *rec.spec.problem_cluster
@@ -122,6 +124,8 @@ def _values(
         cta_tiles = cm * cn * batch * rec.spec.cluster[0] * rec.spec.cluster[1]  # each CTA reduces its tile
         default = scheduling.default_k_splits(cta_tiles, k_tile_count)
         values["k_splits"] = default if k_splits is None else k_splits
+        values["workspace"] = workspace or 0
+    if rec.spec.k_split == "stream":  # stream-K: the workspace alone, optional (0: every tile whole)
         values["workspace"] = workspace or 0
     return values
 
@@ -194,7 +198,7 @@ def test_launch_sends_the_contract_bytes_also_on_the_cached_fast_path(ci, fake):
                 ((A + 16 * rng.randint(1, 999), B + 64, D + 1024), C + 4096, 0.1, -2.5 if has_c else 0.0),
             ]
             for ptrs, c, alpha, beta in calls:
-                ws = W + 16 * len(fake.launches) if rec.spec.k_split == "split" else None
+                ws = W + 16 * len(fake.launches) if rec.spec.k_split != "none" else None
                 cu = S + 4 * len(fake.launches) if groups is not None else None
                 idx = S + 0x1000 + 4 * len(fake.launches) if a_rows is not None else None
                 runtime.launch(
@@ -877,6 +881,37 @@ def test_instances_without_split_k_refuse_its_arguments(ci, fake):
             runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64, **kw)
     assert not fake.launches
     assert runtime.workspace_bytes(iid, 256, 256, 64) == 0
+
+
+def _stream(man) -> str:
+    ids = [i for i, r in sorted(man.instances.items()) if r.spec.k_split == "stream"]
+    assert ids, "the ci profile must hold a stream-K instance (kernel_specs.yaml)"
+    return ids[0]
+
+
+def test_stream_k_takes_an_optional_workspace_of_one_size_and_no_split_count(ci, fake):
+    iid = _stream(ci)
+    rec = ci.record(iid)
+    fake.param_sizes = tuple(p.size for p in rec.params)
+    tile_m, tile_n, tile_k = rec.spec.tile
+    # Two fp32 partial tiles per SM of a 132-SM board after the counters, whatever the problem.
+    want = 4 * (4096 + 2 * 132 * tile_m * tile_n)
+    for m, n, k in ((300, 1000, 14 * tile_k), (8192, 8192, 4096), (1, 16, 8)):
+        assert runtime.workspace_bytes(iid, m, n, k) == want
+    slot = next(i for i, p in enumerate(rec.params) if p.name == "workspace")
+    _, _, tiles = scheduling.cluster_tiles(300, 1000, 1, *rec.spec.problem_tile, *rec.spec.problem_cluster)
+    for ws in (W, None, W + 256):  # None: every tile runs whole, the kernel reads a null pointer so
+        runtime.launch(iid, (A, B, D), 0, m=300, n=1000, k=14 * tile_k, workspace=ws)
+        sent = fake.launches[-1]
+        assert sent.values[slot] == struct.pack("<Q", ws or 0)
+        # The grid: min(cluster tiles x min(k-tiles, 4), the clusters that fit (66 here)) clusters.
+        clusters = min(tiles * 4, 66)
+        assert sent.grid[0] == clusters * rec.spec.cluster[0]
+    with pytest.raises(runtime.InvalidArgumentError, match=r"does not split K by a launch-time count"):
+        runtime.launch(iid, (A, B, D), 0, m=300, n=1000, k=14 * tile_k, k_splits=2, workspace=W)
+    with pytest.raises(runtime.InvalidArgumentError, match=r"stream-K instance's walk can number"):
+        runtime.launch(iid, (A, B, D), 0, m=300, n=1000, k=tile_k * 50_000, workspace=W)
+    assert len(fake.launches) == 3
 
 
 def _grouped(man, with_c: bool = False) -> str:

@@ -365,7 +365,7 @@ def test_doctor_passes_a_healthy_install(cli_rt, fake, capsys):
     assert got["hgemm_sm90"] == ["INFO"] and got["tuning"] == ["WARN"]  # no table in this test
     assert "supports CUDA 12.9 (12090)" in out
     assert "device 0: NVIDIA H200, compute capability 9.0, 132 SMs: supported" in out
-    assert "7 of 7 intact" in out and "contract version 6" in out and "profile 'test'" in out
+    assert "7 of 7 intact" in out and "contract version 7" in out and "profile 'test'" in out
     assert "HGEMM_VERIFY_SHA256=1" in out and "HGEMM_CHECK_POINTERS=auto" in out
     pick = select_api(4096, 4096, 4096, a_dtype="bf16", device=0).instance_id
     assert f"device 0: a 4096x4096x4096 bf16 kkn GEMM runs {pick}" in out

@@ -149,7 +149,7 @@ def test_missing_tensormap_recipe_field(tmp_path, doc, field):
         (("params", 9, "kind"), "f64", r"params\[9\]\.kind must be one of"),
         (("params", 6, "name"), "beta", r"carry the scales \['beta'\]"),
         (("params", 2, "tensormap", "dtype"), "fp16", r"tensormap\.dtype fp16 disagrees"),
-        (("future_field",), 1, r"future_field is not a field of contract version 6"),
+        (("future_field",), 1, r"future_field is not a field of contract version 7"),
     ],
 )
 def test_malformed_field_is_named(tmp_path, doc, path, value, message):

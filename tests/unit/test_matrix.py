@@ -25,8 +25,9 @@ SPEC_FILE = REPO / "kernel_specs.yaml"
 # + gathering pairs (5, grouped_gather_pair, session 12)
 # + swap-AB 128-row tiles for M = 256-512 (12, swap_mid16, session 15; 12, swap_mid_fp8, session 16)
 # + split-K in 2x1 clusters (2, splitk_cluster, session 18)
-DEFAULT_BUDGET = 460
-CI_BUDGET = 25
+# + stream-K bf16 tiles (6, streamk, session 21)
+DEFAULT_BUDGET = 466
+CI_BUDGET = 26
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
 SMALL = {
@@ -509,6 +510,18 @@ def test_committed_groups_drop_only_for_known_reasons(committed):
             continue
         assert g.specs, name
         assert all(d.rule == "acc_registers" or d.excluded for d in g.dropped), name
+
+
+def test_every_shipped_stream_k_instance_fits_gemms_workspace(committed):
+    """A stream-K instance's workspace is one size for every problem; gemm() runs it without one (every
+    tile whole, no sharing) where that size passes runtime/workspace.CAPACITY, so every shipped one must
+    fit."""
+    from runtime import scheduling, workspace
+
+    stream = [s for s in committed.expand("default").specs if s.k_split == "stream"]
+    assert stream
+    for spec in stream:
+        assert scheduling.stream_workspace_bytes(*spec.tile[:2]) <= workspace.CAPACITY, spec.id
 
 
 def test_every_shipped_split_k_instance_fits_gemms_workspace_at_its_default_split(committed):

@@ -316,7 +316,7 @@ FAILING = {
     # 98304 B per A/B stage next to 32768 B of fp32 D and 32768 B of fp32 C: one stage
     "smem": ({"tile": [256, 128, 128], "d_dtype": "fp32", "c_dtype": "fp32", "c_major": "n"}, "need 2"),
     "swap_ab": ({"tile": [64, 8], "cluster": [1, 2], "swap_ab": True}, "run 1x1 or 2x1 clusters"),
-    "k_split": ({"k_split": "split", "schedule": "pingpong"}, "split-K runs cooperative tiles"),
+    "k_split": ({"k_split": "split", "schedule": "pingpong"}, "split-K and stream-K run cooperative tiles"),
     "varlen": ({"varlen": "m", "d_major": "m"}, "grouped instances take row-major A and D"),
     "gather_a": ({"gather_a": True}, "gathered A belongs to grouped instances"),
 }
@@ -339,6 +339,10 @@ FAILING = {
         # Split-K: any cluster for plain tiles, 1x1 for swap-AB ones.
         ("k_split", {"k_split": "split", "tile": [64, 8], "cluster": [2, 1], "swap_ab": True},
          "swap-AB split-K instances (decode sizes) run 1x1 clusters"),
+        # Stream-K: the same reduction, so cooperative tiles without C.
+        ("k_split", {"k_split": "stream", "schedule": "pingpong"}, "split-K and stream-K run cooperative"),
+        ("k_split", {"k_split": "stream", "tile": [128, 256], "c_dtype": "bf16", "c_major": "n"},
+         "drop c_dtype"),
     ],
 )  # fmt: skip
 def test_further_branches_of_rules_name_the_fix(rule, changes, must_mention):
@@ -349,6 +353,15 @@ def test_further_branches_of_rules_name_the_fix(rule, changes, must_mention):
 @pytest.mark.parametrize("cluster", [[1, 1], [2, 1], [1, 2], [2, 2]])
 def test_split_k_runs_plain_cooperative_tiles_in_any_cluster(cluster):
     assert why_unsupported(spec(k_split="split", tile=[128, 128], cluster=cluster)) is None
+
+
+@pytest.mark.parametrize(
+    ("tile", "cluster", "swap_ab"),
+    [([128, 256], [1, 1], False), ([128, 256], [1, 2], False), ([256, 128], [2, 1], False),
+     ([128, 128], [2, 2], False), ([128, 176], [1, 1], True), ([128, 176], [2, 1], True)],
+)  # fmt: skip
+def test_stream_k_runs_cooperative_tiles_in_any_cluster_also_swapped(tile, cluster, swap_ab):
+    assert why_unsupported(spec(k_split="stream", tile=tile, cluster=cluster, swap_ab=swap_ab)) is None
 
 
 def test_grouped_c_and_gathered_k_combinations_that_ship_pass_every_rule():
