@@ -337,13 +337,15 @@ def _row(spec) -> dict[str, str]:
         "schedule": _SCHEDULE_SHORT.get(str(spec.schedule), str(spec.schedule)),
         "C": f"{spec.c_dtype}{spec.c_major}" if spec.has_c else "-",
         "fp8 accum": accum,
-        # How the kernel runs the problem: transposed (swap-AB, decode-sized M), split along K, grouped
+        # How the kernel runs the problem: transposed (swap-AB, decode-sized M), split along K (by a
+        # launch-time count, or stream-K's partial wave shared out), grouped
         # (one launch for many groups of rows), with gathered A rows.
         "variant": " ".join(
             v
             for v, on in (
                 ("swap-AB", spec.swap_ab),
                 ("split-K", spec.k_split == "split"),
+                ("stream-K", spec.k_split == "stream"),
                 ("grouped", spec.varlen_m),
                 ("grouped-K", spec.varlen_k),
                 ("gathered-A", spec.gather_a),

@@ -24,6 +24,8 @@ Structure (one CTA, `threads = 128 * (consumer warpgroups + 1)`):
 - Split-K (`KernelConfig.k_split`): the walk is over work units, `k_splits` per tile, each a contiguous
   range of the tile's k-tiles; the tile's last unit to finish sums the fp32 partials from a workspace in a
   fixed order and stores the tile (`HopperGemm._reduce_parts`; docs/KERNEL.md).
+- Stream-K (`KernelConfig.stream_k`): whole waves of tiles as above, then the partial last wave's tiles
+  cut by k-tiles into pieces shared out among all clusters, reduced the same way (docs/KERNEL.md).
 - Grouped GEMM (`KernelConfig.varlen_m`, `gather_a`, `varlen_k`): one launch for G groups whose M or K
   differs, with the sizes read on the device; the walk over groups, the grouped producers and the
   k-tile trims are in grouped.py (`GroupedWalks`, which `HopperGemm` inherits); the row-bounded store of

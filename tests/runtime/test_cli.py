@@ -122,6 +122,17 @@ def test_list_prints_every_instance_as_a_table(cli_rt, capsys):
     assert lines[-1] == f"7 of 7 shipped instances (manifest {cli_rt.manifest.path})"
 
 
+def test_list_names_how_each_instance_runs_the_problem():
+    from runtime.cli import _row
+    from runtime.spec import GemmSpec
+
+    base = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c2x1_coop"
+    for suffix, variant in (("", "-"), ("_streamk", "stream-K"), ("_splitk", "split-K")):
+        assert _row(GemmSpec.parse(base + suffix))["variant"] == variant
+    swap_split = GemmSpec.parse("sm90_bf16_bf16_bf16_fp32acc_kkn_64x8x128_c1x1_coop_swapab_splitk")
+    assert _row(swap_split)["variant"] == "swap-AB split-K"
+
+
 @pytest.mark.parametrize(
     "argv, want",
     [
