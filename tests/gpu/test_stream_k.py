@@ -4,9 +4,9 @@ The stream-K walk depends on how the tile count falls against the grid's cluster
 runtime/scheduling.py `stream_split`), so each case here is drawn from this GPU's SM count:
 - fewer tiles than workers (every tile is cut into pieces, several workers per tile);
 - a last wave of at least half the workers (the partial wave shared out);
-- a last wave of under half the workers (one full wave more shared out with it);
+- a last wave of under half the workers (at most 4 workers share each of its tiles);
 - several whole waves before the shared ones;
-- a K of one k-tile (nothing to share: every tile runs whole);
+- a K of one k-tile (a worker's share is one k-tile: every tile runs whole);
 each on a K whose last k-tile is partial, with ragged M and N edges and a NaN-poisoned D, against the fp64
 reference; then the same launches without a workspace (every tile whole), determinism (the same bits on
 an idle GPU and while another stream holds SMs, so pieces arrive in another order) and the arrival
