@@ -91,7 +91,13 @@ class LaunchEntry:
 
     def __init__(self, plan: LaunchPlan, shape: Shape, loaded, stream: int, mode, cu):
         rec = plan.record
-        grid = scheduling.persistent_grid(shape.total, loaded.max_active_clusters, *rec.cluster[:2])
+        clusters = loaded.max_active_clusters
+        if plan.stream:
+            # Stream-K's workspace holds two partials per CTA of at most STREAM_MAX_SMS CTAs (one per SM
+            # of the largest Hopper board); a kernel that fits more CTAs on the device (several per SM)
+            # gets no more workers than that.
+            clusters = min(clusters, scheduling.STREAM_MAX_SMS // (rec.cluster[0] * rec.cluster[1]))
+        grid = scheduling.persistent_grid(shape.total, clusters, *rec.cluster[:2])
         self.instance, self.has_c, self.pack, self.buffers = rec.id, plan.has_c, plan.pack, plan.buffers
         self.grouped = plan.grouped  # the launch patches the cu_seqlens_m address
         self.gathered = plan.gathered  # and the a_idx address

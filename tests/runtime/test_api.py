@@ -914,6 +914,20 @@ def test_stream_k_takes_an_optional_workspace_of_one_size_and_no_split_count(ci,
     assert len(fake.launches) == 3
 
 
+def test_stream_k_gets_no_more_workers_than_its_workspace_has_slots_for(ci, fake):
+    # A kernel that would fit several CTAs per SM (500 clusters of two here) is held to one CTA per SM
+    # of a 132-SM board, for which stream_workspace_bytes sizes the partial slots.
+    fake.max_active_clusters = 500  # read when the instance loads, below
+    iid = _stream(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+    runtime.launch(iid, (A, B, D), 0, m=8192, n=8192, k=4096, workspace=W)
+    assert fake.launches[-1].grid == (132, 1, 1)
+    plain = _plain(ci)
+    fake.param_sizes = tuple(p.size for p in ci.record(plain).params)
+    runtime.launch(plain, (A, B, D), 0, m=8192, n=8192, k=4096)
+    assert fake.launches[-1].grid[0] > 132  # other instances take what the device reports
+
+
 def _grouped(man, with_c: bool = False) -> str:
     ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_m and r.spec.has_c == with_c]
     assert ids, "the ci profile must hold a grouped instance (kernel_specs.yaml)"
