@@ -900,7 +900,7 @@ def test_stream_k_takes_an_optional_workspace_of_one_size_and_no_split_count(ci,
         assert runtime.workspace_bytes(iid, m, n, k) == want
     slot = next(i for i, p in enumerate(rec.params) if p.name == "workspace")
     _, _, tiles = scheduling.cluster_tiles(300, 1000, 1, *rec.spec.problem_tile, *rec.spec.problem_cluster)
-    for ws in (W, None, W + 256):  # None: every tile runs whole, the kernel reads a null pointer so
+    for ws in (W, None, W + 256):  # None is sent as 0: the kernel then runs every tile whole
         runtime.launch(iid, (A, B, D), 0, m=300, n=1000, k=14 * tile_k, workspace=ws)
         sent = fake.launches[-1]
         assert sent.values[slot] == struct.pack("<Q", ws or 0)
