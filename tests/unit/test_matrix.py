@@ -26,7 +26,8 @@ SPEC_FILE = REPO / "kernel_specs.yaml"
 # + swap-AB 128-row tiles for M = 256-512 (12, swap_mid16, session 15; 12, swap_mid_fp8, session 16)
 # + split-K in 2x1 clusters (2, splitk_cluster, session 18)
 # + stream-K bf16 tiles (6, streamk, session 21)
-DEFAULT_BUDGET = 466
+# + stream-K fp16 and e4m3 tiles (4, streamk; 6, streamk_fp8; session 22)
+DEFAULT_BUDGET = 476
 CI_BUDGET = 26
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
