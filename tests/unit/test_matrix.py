@@ -27,7 +27,8 @@ SPEC_FILE = REPO / "kernel_specs.yaml"
 # + split-K in 2x1 clusters (2, splitk_cluster, session 18)
 # + stream-K bf16 tiles (6, streamk, session 21)
 # + stream-K fp16 and e4m3 tiles (4, streamk; 6, streamk_fp8; session 22)
-DEFAULT_BUDGET = 476
+# + swap-AB tiles 192 and 256 rows along N (24, swap_wide16, session 22)
+DEFAULT_BUDGET = 500
 CI_BUDGET = 26
 
 # A small matrix: 2 dtypes x 2 tiles x 2 clusters = 8 candidates.
