@@ -444,6 +444,29 @@ def workspace(inst, case: Case, k_splits=None) -> int | None:
     return ws.data_ptr()
 
 
+def launches_idle_busy_idle(p: Problem, what: str, **overrides) -> list[Operand]:
+    """Three launches of problem ``p``, each into a fresh D, the middle one while another stream's GEMMs
+    hold SMs (so split-K units or stream-K pieces run, and arrive, in another order); asserts every D
+    written (no NaN left) and all three bitwise equal (`what` names the launches), and returns the Ds."""
+    outs = []
+    busy = torch.cuda.Stream()
+    x = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
+    for load in (False, True, False):
+        d = output(p.inst, p.case)
+        if load:
+            busy.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(busy):
+                for _ in range(4):
+                    x @ x
+        launch(p, ptrs=(p.a.ptr(), p.b.ptr(), d.ptr()), **overrides)
+        outs.append(d)
+    torch.cuda.synchronize()
+    for d in outs:
+        assert not torch.isnan(d.t.float()).any(), "unwritten (NaN) D elements"
+        assert_bitwise_equal(outs[0].t, d.t, what)
+    return outs
+
+
 def snapshot(p: Problem) -> dict[str, torch.Tensor]:
     """The bits of every buffer before a launch (for the guard checks)."""
     out = {"a": bits(p.a.buf).clone(), "b": bits(p.b.buf).clone(), "d": bits(p.d.buf).clone()}

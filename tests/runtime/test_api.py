@@ -48,10 +48,16 @@ def _plain(man) -> str:
     )
 
 
-def _with_c(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.has_c]
-    assert ids, "the ci profile must hold an instance that reads C (kernel_specs.yaml)"
+def _first(man, keep, what: str) -> str:
+    """The first instance id (sorted) of manifest ``man`` whose spec ``keep`` accepts; a clear failure
+    naming ``what`` when the profile holds none (the ci profile must keep one of each family tested)."""
+    ids = [i for i, r in sorted(man.instances.items()) if keep(r.spec)]
+    assert ids, f"the ci profile must hold {what} (kernel_specs.yaml)"
     return ids[0]
+
+
+def _with_c(man) -> str:
+    return _first(man, lambda s: s.has_c, "an instance that reads C")
 
 
 def _expect(man, iid, values, clusters=66):
@@ -786,13 +792,11 @@ def test_unknown_memory_is_refused_when_checking(ci, fake, pointer_checks):
 
 def _split(man, clustered: bool = False) -> str:
     """The ci profile's split-K instance in a 1x1 cluster (swap-AB, decode-sized), or in a larger one."""
-    ids = [
-        i
-        for i, r in sorted(man.instances.items())
-        if r.spec.k_split == "split" and (r.spec.cluster != (1, 1)) == clustered
-    ]
-    assert ids, f"the ci profile must hold a split-K instance, clustered={clustered} (kernel_specs.yaml)"
-    return ids[0]
+    return _first(
+        man,
+        lambda s: s.k_split == "split" and (s.cluster != (1, 1)) == clustered,
+        f"a split-K instance, clustered={clustered}",
+    )
 
 
 def _launch_split_checked(ci, fake, iid, m, n, k, k_splits):
@@ -884,9 +888,7 @@ def test_instances_without_split_k_refuse_its_arguments(ci, fake):
 
 
 def _stream(man) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.k_split == "stream"]
-    assert ids, "the ci profile must hold a stream-K instance (kernel_specs.yaml)"
-    return ids[0]
+    return _first(man, lambda s: s.k_split == "stream", "a stream-K instance")
 
 
 def test_stream_k_takes_an_optional_workspace_of_one_size_and_no_split_count(ci, fake):
@@ -929,9 +931,7 @@ def test_stream_k_gets_no_more_workers_than_its_workspace_has_slots_for(ci, fake
 
 
 def _grouped(man, with_c: bool = False) -> str:
-    ids = [i for i, r in sorted(man.instances.items()) if r.spec.varlen_m and r.spec.has_c == with_c]
-    assert ids, "the ci profile must hold a grouped instance (kernel_specs.yaml)"
-    return ids[0]
+    return _first(man, lambda s: s.varlen_m and s.has_c == with_c, "a grouped instance")
 
 
 def test_grouped_launch_sends_offsets_groups_and_d_and_bounds_the_grid(ci, fake):
@@ -995,15 +995,11 @@ def test_grouped_arguments_on_a_plain_instance_are_refused(ci, fake, kw, message
 
 
 def _gathering(man, over_k: bool = False, cluster=(1, 1)) -> str:
-    ids = [
-        i
-        for i, r in sorted(man.instances.items())
-        if r.spec.gather_a and r.spec.varlen_k == over_k and tuple(r.spec.cluster) == cluster
-    ]
-    assert ids, (
-        f"the ci profile must hold an instance that gathers A in a {cluster} cluster (kernel_specs.yaml)"
+    return _first(
+        man,
+        lambda s: s.gather_a and s.varlen_k == over_k and tuple(s.cluster) == cluster,
+        f"an instance that gathers A in a {cluster} cluster",
     )
-    return ids[0]
 
 
 def test_gathered_launch_sends_the_indices_and_a_as_its_own_tensor(ci, fake):
@@ -1110,13 +1106,7 @@ def test_gathered_k_launch_sends_the_indices_and_a_with_its_own_columns(ci, fake
 
 
 def _grouped_k(man, with_c: bool = False) -> str:
-    ids = [
-        i
-        for i, r in sorted(man.instances.items())
-        if r.spec.varlen_k and r.spec.has_c == with_c and not r.spec.gather_a
-    ]
-    assert ids, "the ci profile must hold a grouped-K instance (kernel_specs.yaml)"
-    return ids[0]
+    return _first(man, lambda s: s.varlen_k and s.has_c == with_c and not s.gather_a, "a grouped-K instance")
 
 
 def test_grouped_k_launch_sends_its_offsets_and_one_tile_grid_per_group(ci, fake):
