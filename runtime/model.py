@@ -9,8 +9,7 @@ class, so only differences between instances matter; absolute numbers are rough.
   partial cluster still occupy SMs);
 - waves: tiles over the resident CTAs (the SM count rounded down to whole clusters, and for 4-CTA
   clusters fewer: a cluster must fit in one GPC, `CLUSTER_RESIDENT_FRACTION`): wave quantization,
-  the biggest single effect (a problem of 133 tiles on 132 SMs takes two waves), a partial last wave
-  after whole ones charged less than a whole one (`TAIL_WAVE_MIN`);
+  the biggest single effect (a problem of 133 tiles on 132 SMs takes two waves);
 - per tile, the k-loop: ceil(K / tile_k) steps, each limited by the tensor cores (the tile family's
   sustained fraction of peak, `TILE_EFFICIENCY`) or by loading the A and B tiles into shared memory
   (multicast divides a tile's loads by the cluster extent that shares them), plus a fixed pipeline fill
@@ -66,17 +65,6 @@ L2_BYTES_PER_S = 7e12
 # measured at 0.78x of the fastest shipped instance, because its grid neighbours (M = 192, K = 7168) ran
 # 14 k-steps per unit and the problem 6 (9.05 µs where 12.5 at the neighbour: 0.72x, the model said 0.54x).
 SPLIT_UNIT_S = 2.5e-6
-
-# A partial last wave after whole ones costs less than a whole wave: its few tiles run with the HBM, L2
-# and power budget of a chip the other SMs have left (the H200's 700 W cap lowers clocks under full
-# load, docs/PERF.md). Its time is this share of a wave plus the rest in proportion to its fill. Fitted,
-# not measured: on the H200 table, leave-one-column-out over the seven tuned classes 0.9719 -> 0.9736
-# (every class equal or better), leave-one-row-out 0.9865 -> 0.9870, and judged on the measured held-out
-# draws of session 22 (`dispatch_loo --held-out`, four runs) 0.9900 -> 0.9912, fp16's worst pick 0.874 ->
-# 0.898 (8071 x 4608 x 1024 no longer takes a swap-AB 256 x 160 tile whose grid neighbours, 3.15 waves,
-# the full-wave charge had made look slow by their tail). 0.6-0.9 all gain; applying it to problems of one
-# wave too (a first wave that is also the last) lost on held-out decode shapes (62 x 1152 x 6144: 0.90).
-TAIL_WAVE_MIN = 0.8
 
 # Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
 # loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
@@ -138,7 +126,7 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     if splits > 1:  # every unit writes its fp32 partial; the last one waits for and reads all of them
         epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S + SPLIT_UNIT_S
     per_tile = TILE_FILL_S + steps * step + epilogue
-    busy = (waves - 1 + _last_wave_share(tiles, resident, waves)) * per_tile
+    busy = waves * per_tile
     if spec.k_split == KSplit.stream:
         busy = _stream_busy_s(tiles, steps, resident, cluster, step, epilogue, tm * tn)
     # Each extra tile along a short side (up to REREAD_TILES) streams the other operand again, partly from
@@ -150,15 +138,6 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     floor = streamed * batch / hbm_reach(active)
     l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
     return LAUNCH_S + max(busy, floor, l2_floor)
-
-
-def _last_wave_share(tiles: int, resident: int, waves: int) -> float:
-    """The last wave's time in whole-wave times: 1 for a problem of one wave, else TAIL_WAVE_MIN plus the
-    rest in proportion to how full the last wave is."""
-    if waves <= 1:
-        return 1.0
-    fill = tiles / resident - (waves - 1)
-    return TAIL_WAVE_MIN + (1 - TAIL_WAVE_MIN) * fill
 
 
 def _stream_busy_s(tiles, steps, resident, cluster, step, epilogue, tile_elems) -> float:

@@ -411,24 +411,11 @@ def test_the_shipped_table_has_moe_layers_for_every_grouped_class_without_c(defa
 
 
 def test_model_sees_wave_quantization():
-    """133 tiles on 132 SMs take two waves: the model must price that far above 132 tiles (the lone tile of
-    the second wave at `TAIL_WAVE_MIN` of a wave, the launch once: 1.63x here), and less than twice."""
+    """133 tiles on 132 SMs take two waves: the model must price that above 132 tiles."""
     spec = GemmSpec.parse(A)  # 128 x 256 tiles
     one_wave = model.estimate_s(spec, 128 * 12, 256 * 11, 8192, 1, 132)  # 132 tiles
     two_waves = model.estimate_s(spec, 128 * 19, 256 * 7, 8192, 1, 132)  # 133 tiles
-    assert 1 + model.TAIL_WAVE_MIN * 0.75 < two_waves / one_wave < 2
-
-
-def test_model_charges_a_partial_last_wave_by_its_fill():
-    """After whole waves, a last wave of one tile costs about TAIL_WAVE_MIN of a wave, a full one a whole
-    wave, and the share grows with the fill; a problem of one wave is charged whole however few tiles it
-    has (applied there, the discount lost on held-out decode shapes: runtime/model.py)."""
-    share = model._last_wave_share
-    assert share(132, 132, 1) == share(7, 132, 1) == 1.0
-    assert share(133, 132, 2) == pytest.approx(model.TAIL_WAVE_MIN + (1 - model.TAIL_WAVE_MIN) / 132)
-    assert share(264, 132, 2) == pytest.approx(1.0)
-    fills = [share(132 + t, 132, 2) for t in range(1, 133)]
-    assert fills == sorted(fills) and model.TAIL_WAVE_MIN < fills[0] < fills[-1] <= 1.0
+    assert two_waves > 1.7 * one_wave
 
 
 def test_model_prefers_narrow_tiles_for_decode_shapes(default_specs):
