@@ -83,8 +83,11 @@ DEFAULT_EFFICIENCY = 0.6
 # Share of the SMs that clusters of this many CTAs can occupy at once (one CTA per SM). Measured on the
 # H200 tuning table (2026-12-01): 2x2-cluster instances ran 96 output tiles in one wave (time 1.00-1.08x
 # their 2x1 twin's) but 128 tiles in two (1.3-2.0x, 90 points), so fewer than 128 of the 132 SMs hold
-# 4-CTA clusters at once; 120 (30 clusters) is assumed. Clusters of 1 and 2 CTAs fill every SM.
-CLUSTER_RESIDENT_FRACTION = {4: 120 / 132}
+# 4-CTA clusters at once; 120 (30 clusters) is assumed. 8-CTA clusters likewise (session 23): 64 x 96 2x4
+# ran 120 tiles (15 clusters) in one wave at 352 x 1920 x 5120 but 128 (16) in two at 468 x 1408 x 2432
+# (14.3 µs against 9.3 for its 2x1 twin), so 15 clusters are resident. Clusters of 1 and 2 CTAs fill
+# every SM.
+CLUSTER_RESIDENT_FRACTION = {4: 120 / 132, 8: 120 / 132}
 
 
 def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int) -> float:

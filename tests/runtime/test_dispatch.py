@@ -418,6 +418,15 @@ def test_model_sees_wave_quantization():
     assert two_waves > 1.7 * one_wave
 
 
+def test_model_holds_fifteen_8_cta_clusters_resident_on_132_sms():
+    """On the H200 15 clusters of 8 CTAs fit at once, not 16 (64 x 96 2x4: 120 tiles ran in one wave,
+    128 in two, session 23): a 2x4 problem of 16 clusters is priced as two waves, one of 15 as one."""
+    spec = GemmSpec.parse("sm90_bf16_bf16_bf16_fp32acc_kkn_64x96x64_c2x4_coop")
+    fifteen = model.estimate_s(spec, 64 * 6, 96 * 20, 8192, 1, 132)  # 3 x 5 clusters
+    sixteen = model.estimate_s(spec, 64 * 8, 96 * 16, 8192, 1, 132)  # 4 x 4 clusters
+    assert sixteen > 1.7 * fifteen
+
+
 def test_model_prefers_narrow_tiles_for_decode_shapes(default_specs):
     bf16 = [s for s in default_specs if ProblemClass.of(s).key == "bf16_bf16_bf16_kkn"]
     _, spec, why = model.best(bf16, 8, 4096, 4096, 1, 132)
