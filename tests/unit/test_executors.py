@@ -185,7 +185,7 @@ def test_a_two_worker_dask_cluster_builds_the_ci_profile_like_the_pool(ci_build,
     args = ["--profile", "ci", "--out", str(out), "--cache-dir", str(cache), "--quiet"]
     assert main([*args, "--executor", "dask-local:2"]) == 0
     report = json.loads((out / BUILD_REPORT).read_text())
-    assert report["compiled"] == len(entries) == 26 and report["executor"] == "dask-local:2"
+    assert report["compiled"] == len(entries) == 27 and report["executor"] == "dask-local:2"
     files = sorted(p.name for p in pool_out.iterdir() if p.suffix == ".cubin") + [MANIFEST]
     assert sorted(p.name for p in out.iterdir() if p.name != BUILD_REPORT) == sorted(files)
     for name in files:

@@ -314,7 +314,7 @@ def ci_shards(ci_build, tmp_path_factory):
 def test_three_merged_ci_shards_equal_the_unsharded_build_byte_for_byte(ci_shards, tmp_path):
     whole, dirs, cache = ci_shards
     held = [json.loads((d / SHARD_RECORD).read_text())["instances"] for d in dirs]
-    assert sorted(map(len, held)) == [8, 9, 9]  # 26 instances, round-robin
+    assert sorted(map(len, held)) == [9, 9, 9]  # 27 instances, round-robin
     for d in dirs:
         report = json.loads((d / BUILD_REPORT).read_text())
         # Every instance of the shard a cache hit (no compile).
@@ -322,9 +322,9 @@ def test_three_merged_ci_shards_equal_the_unsharded_build_byte_for_byte(ci_shard
     out = tmp_path / "merged"
     done = _cli("merge", *map(str, reversed(dirs)), "--out", str(out), cache=cache)
     assert done.returncode == 0, done.stderr
-    assert "merged 3 shards of profile 'ci': 26 instances" in done.stderr
+    assert "merged 3 shards of profile 'ci': 27 instances" in done.stderr
     assert _files(out) == _files(whole)
-    assert len(_files(out)) == 27  # 26 cubins and the manifest, nothing missing on either side
+    assert len(_files(out)) == 28  # 27 cubins and the manifest, nothing missing on either side
     merged_report = json.loads((out / BUILD_REPORT).read_text())
     assert sorted(merged_report["instances"]) == sorted(
         json.loads((whole / MANIFEST).read_text())["instances"]
