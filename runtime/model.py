@@ -7,8 +7,8 @@ class, so only differences between instances matter; absolute numbers are rough.
 
 - tiles: ceil(M / tile_m) x ceil(N / tile_n) x batch, padded up to whole clusters (the idle CTAs of a
   partial cluster still occupy SMs);
-- waves: tiles over the resident CTAs (the SM count rounded down to whole clusters, and for 4-CTA
-  clusters fewer: a cluster must fit in one GPC, `CLUSTER_RESIDENT_FRACTION`): wave quantization,
+- waves: tiles over the resident CTAs (the SM count rounded down to whole clusters, and for 4- and
+  8-CTA clusters fewer: a cluster must fit in one GPC, `CLUSTER_RESIDENT_FRACTION`): wave quantization,
   the biggest single effect (a problem of 133 tiles on 132 SMs takes two waves);
 - per tile, the k-loop: ceil(K / tile_k) steps, each limited by the tensor cores (the tile family's
   sustained fraction of peak, `TILE_EFFICIENCY`) or by loading the A and B tiles into shared memory
