@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -101,19 +100,6 @@ def test_a_point_without_a_time_for_a_shipped_instance_is_timed_again():
 # they would only add tuning time. The M = 32 and 64 rows were filled in session 18, because a problem
 # with M between 64 and 96 brackets the M = 64 row (docs/PERF.md). `python -m build_tools.tune` times them.
 FULLY_TIMED_FROM_M = 32
-# Instances timed in part of those rows only, each with the M range its rows were filled in and why. The
-# test holds them to every point inside that range. Session 23 filled the 64-row multicast tiles
-# (kernel_specs.yaml `narrow64`, bf16) at M 128-2048, where they were built to win, before its device time
-# ran out; at the other rows they are no candidate (no point near the problem timed them) until
-# `python -m build_tools.tune --class bf16_bf16_bf16_kkn --m-min 32` times them there.
-PARTLY_TIMED = {r"sm90_bf16_bf16_bf16_fp32acc_kkn_64x(96|112|144|160|192)x64_c\dx\d_coop": (128, 2048)}
-
-
-def _expected_at(iid: str, m: int) -> bool:
-    for pattern, (lo, hi) in PARTLY_TIMED.items():
-        if re.fullmatch(pattern, iid):
-            return lo <= m <= hi
-    return True
 
 
 def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_from_m_32():
@@ -131,8 +117,7 @@ def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_f
         for key, points in entry["classes"].items()
         if not key.endswith(PDL_SUFFIX) and not is_grouped_key(key)
         for p in points
-        if p["m"] >= FULLY_TIMED_FROM_M
-        and (missing := tune.untimed(p, {i for i in shipped[key] if _expected_at(i, p["m"])}))
+        if p["m"] >= FULLY_TIMED_FROM_M and (missing := tune.untimed(p, shipped[key]))
     ]
     assert not lacking, f"{len(lacking)} table points lack shipped instances, e.g. {lacking[:3]}"
 
