@@ -127,16 +127,26 @@ def bench_args(args) -> bench.BenchArgs:
 
 
 class Progress:
-    """A progress line per unit of work: done/total, elapsed, and the time left at the average pace."""
+    """A progress report per unit of work: done/total, elapsed, and the time left at the average pace.
 
-    def __init__(self, total: int, what: str):
-        self.total, self.what, self.done, self.t0 = total, what, 0, time.perf_counter()
-        try:
-            from tqdm import tqdm
+    On a terminal, a tqdm bar. Otherwise (a log file, a device run's captured output) a plain line at most
+    every `LOG_EVERY_S` seconds and one at the end: a bar redrawn with carriage returns would fill a
+    captured log's tail and push out what else the run printed (it did on the H200, session 24)."""
 
-            self.bar = tqdm(total=total, desc=what, unit="point", file=sys.stdout)
-        except ImportError:  # the GPU machine may lack tqdm: plain lines say the same
-            self.bar = None
+    LOG_EVERY_S = 30.0
+
+    def __init__(self, total: int, what: str, stream=None):
+        self.stream = stream if stream is not None else sys.stdout
+        self.total, self.what, self.done = total, what, 0
+        self.t0 = self.last_line = time.perf_counter()
+        self.bar = None
+        if self.stream.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=what, unit="point", file=self.stream)
+            except ImportError:  # the GPU machine may lack tqdm: plain lines say the same
+                pass
 
     def step(self, label: str) -> None:
         self.done += 1
@@ -144,10 +154,16 @@ class Progress:
             self.bar.set_postfix_str(label)
             self.bar.update(1)
             return
-        spent = time.perf_counter() - self.t0
+        now = time.perf_counter()
+        if now - self.last_line < self.LOG_EVERY_S and self.done < self.total:
+            return
+        self.last_line = now
+        spent = now - self.t0
         left = spent / self.done * (self.total - self.done)
         print(
-            f"[{self.done}/{self.total} {self.what}] {spent:.0f} s, ~{left:.0f} s left: {label}", flush=True
+            f"[{self.done}/{self.total} {self.what}] {spent:.0f} s, ~{left:.0f} s left: {label}",
+            file=self.stream,
+            flush=True,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -297,3 +298,33 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
     cases = dispatch_loo.held_out_cases(doc)
     assert [c.times for c in cases] == [v["times"] for v in doc["verdicts"]] and not any(c.pdl for c in cases)
     assert {c.gpu for c in cases} == {"FAKE/132"}  # the GPU the draw ran on, as the table keys it
+
+
+class _Log(io.StringIO):
+    """A captured output stream (not a terminal), as a device run's or CI's."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_progress_in_a_log_writes_a_line_at_most_every_interval_and_one_at_the_end():
+    log = _Log()
+    progress = tune.Progress(100, "grid points", stream=log)
+    for i in range(100):
+        progress.step(f"point {i}")
+    lines = log.getvalue().splitlines()
+    assert lines == [lines[-1]] and lines[-1].startswith("[100/100 grid points]"), lines
+    assert "\r" not in log.getvalue()
+
+
+def test_progress_in_a_log_writes_each_step_once_the_interval_has_passed(monkeypatch):
+    monkeypatch.setattr(tune.Progress, "LOG_EVERY_S", 0.0)
+    log = _Log()
+    progress = tune.Progress(3, "shapes", stream=log)
+    for i in range(3):
+        progress.step(f"shape {i}")
+    assert [line.split("]")[0] for line in log.getvalue().splitlines()] == [
+        "[1/3 shapes",
+        "[2/3 shapes",
+        "[3/3 shapes",
+    ]
