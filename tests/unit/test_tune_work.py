@@ -300,15 +300,8 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
     assert {c.gpu for c in cases} == {"FAKE/132"}  # the GPU the draw ran on, as the table keys it
 
 
-class _Log(io.StringIO):
-    """A captured output stream (not a terminal), as a device run's or CI's."""
-
-    def isatty(self) -> bool:
-        return False
-
-
 def test_progress_in_a_log_writes_a_line_at_most_every_interval_and_one_at_the_end():
-    log = _Log()
+    log = io.StringIO()  # a captured stream, not a terminal (isatty() is False), as a device run's or CI's
     progress = tune.Progress(100, "grid points", stream=log)
     for i in range(100):
         progress.step(f"point {i}")
@@ -319,7 +312,7 @@ def test_progress_in_a_log_writes_a_line_at_most_every_interval_and_one_at_the_e
 
 def test_progress_in_a_log_writes_each_step_once_the_interval_has_passed(monkeypatch):
     monkeypatch.setattr(tune.Progress, "LOG_EVERY_S", 0.0)
-    log = _Log()
+    log = io.StringIO()
     progress = tune.Progress(3, "shapes", stream=log)
     for i in range(3):
         progress.step(f"shape {i}")
