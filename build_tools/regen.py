@@ -34,11 +34,11 @@ import jinja2
 
 from codegen.matrix import Drop, Expansion, GroupExpansion, Matrix, MatrixError, load_matrix
 from codegen.validity import (
-    BARRIER_RESERVE_BYTES,
     RULES,
     SMEM_CAPACITY_BYTES,
     ab_budget_bytes,
     ab_stage_bytes,
+    bookkeeping_bytes,
     c_smem_bytes,
     check_rules,
     epi_smem_bytes,
@@ -339,8 +339,9 @@ def _smem_lines(spec: GemmSpec) -> list[str]:
         if spec.has_c
         else "  C epilogue: none (no C operand)"
     )
+    kept = "barriers" if spec.k_split == "none" else "barriers, split-K arrival word"
     budget = (
-        f"  A/B budget: {SMEM_CAPACITY_BYTES} - {BARRIER_RESERVE_BYTES} (barriers) - {epi_bytes} (D)"
+        f"  A/B budget: {SMEM_CAPACITY_BYTES} - {bookkeeping_bytes(spec)} ({kept}) - {epi_bytes} (D)"
         f"{c_term} = {ab_budget_bytes(spec)} B"
     )
     result = (

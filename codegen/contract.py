@@ -45,6 +45,7 @@ from .cubin_info import CubinInfo
 from .dsl import CompiledInstance, host_pointers, host_scalars
 from .oracle import build_oracle, fatbin_cubins, tensor_struct
 from .tensormap_decode import decode
+from .validity import planned_smem_bytes
 
 
 class ContractError(RuntimeError):
@@ -325,8 +326,8 @@ def capture_contract(
             last_operand = rec.operand
         elif p.size == POINTER_BYTES and host_pointers(spec):
             values = [int.from_bytes(r, "little") for r in raw]
-            name = _unique([_match(v, host_pointers(spec), pr) for v, pr in zip(values, probes)], where)
-            rec = Param("pointer", p.offset, p.size, name=name)
+            pointer = _unique([_match(v, host_pointers(spec), pr) for v, pr in zip(values, probes)], where)
+            rec = Param("pointer", p.offset, p.size, name=pointer)
         elif p.size % 4 == 0 and p.size <= 16:
             rec = _word_param(spec, raw, probes, where, p.offset, last_operand)
         elif p.size % 8 == 0 and p.size > 16:
@@ -361,6 +362,15 @@ def capture_contract(
             raise ContractError(f"{name}: the DSL launch asks for programmatic stream serialization")
     if launches[0].smem_bytes != launches[1].smem_bytes or launches[0].block != launches[1].block:
         raise ContractError(f"{name}: shared memory or block size depends on the problem")
+    planned = planned_smem_bytes(spec.kernel_spec())
+    if launches[0].smem_bytes != planned:
+        # The plan sized the pipelines to fit the device; a kernel that asks for more fails every launch
+        # (cuFuncSetAttribute: CUDA_ERROR_INVALID_VALUE), so it must not ship.
+        raise ContractError(
+            f"{name}: the kernel asks for {launches[0].smem_bytes} B of dynamic shared memory, its plan "
+            f"{planned} B (codegen/validity.py planned_smem_bytes); make the plan count the kernel's shared "
+            "storage exactly"
+        )
 
     return InstanceRecord(
         spec=spec,

@@ -57,6 +57,11 @@ SMEM_CAPACITY_BYTES = 232448
 # Pipeline mbarriers, scheduler and bookkeeping storage, rounded up to the 1024-byte alignment that
 # 128-byte-swizzled TMA buffers need.
 BARRIER_RESERVE_BYTES = 1024
+# Split-K and stream-K kernels keep one more word in shared memory, the arrival count a CTA broadcasts to
+# its consumer warpgroups, after the 1024-byte aligned buffers (codegen/kernels/gemm_sm90.py's
+# SharedStorage): the storage then ends on the next 1024-byte boundary. Without it in the plan a 128 x 112
+# split tile planned exactly 227 KiB and asked the driver for 1 KiB more (found on the H200, 2026-12-02).
+SPLIT_ARRIVAL_RESERVE_BYTES = 1024
 # Epilogue staging buffers: four 16-bit (or 8-bit) D sub-tiles (8 KiB each for 128x32 bf16) let the TMA
 # stores of a tile overlap the next sub-tile's conversion; an fp32 D sub-tile is twice as large, so two keep
 # the A/B ring at the same depth (128x256x64: 4 A/B stages either way).
@@ -123,9 +128,14 @@ def c_smem_bytes(spec: GemmSpec) -> int:
     return em * en * spec.c_dtype.bits // 8 * c_stages(spec) * epi_buffer_sets(spec)
 
 
+def bookkeeping_bytes(spec: GemmSpec) -> int:
+    """Shared memory outside the A/B, D and C buffers: the barriers, and split-K's arrival word."""
+    return BARRIER_RESERVE_BYTES + (SPLIT_ARRIVAL_RESERVE_BYTES if spec.k_split != KSplit.none else 0)
+
+
 def ab_budget_bytes(spec: GemmSpec) -> int:
-    """What is left for the A/B ring after barriers and the epilogue's D and C buffers."""
-    return SMEM_CAPACITY_BYTES - BARRIER_RESERVE_BYTES - epi_smem_bytes(spec) - c_smem_bytes(spec)
+    """What is left for the A/B ring after the bookkeeping and the epilogue's D and C buffers."""
+    return SMEM_CAPACITY_BYTES - bookkeeping_bytes(spec) - epi_smem_bytes(spec) - c_smem_bytes(spec)
 
 
 def smem_plan(spec: GemmSpec) -> SmemPlan:
@@ -138,6 +148,19 @@ def smem_plan(spec: GemmSpec) -> SmemPlan:
     """
     ab = max(ab_budget_bytes(spec), 0) // ab_stage_bytes(spec)
     return SmemPlan(ab_stages=ab, epi_stages=epi_stages(spec), c_stages=c_stages(spec))
+
+
+def planned_smem_bytes(spec: GemmSpec) -> int:
+    """The dynamic shared memory the kernel of this (kernel) spec asks for under `smem_plan`: the build's
+    contract check (codegen/contract.py) holds every compiled kernel to it, so a kernel whose shared
+    storage outgrows the plan fails its build instead of its first launch."""
+    plan = smem_plan(spec)
+    return (
+        plan.ab_stages * ab_stage_bytes(spec)
+        + epi_smem_bytes(spec)
+        + c_smem_bytes(spec)
+        + bookkeeping_bytes(spec)
+    )
 
 
 # --- registers -------------------------------------------------------------------------------------------

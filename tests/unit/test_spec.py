@@ -617,12 +617,33 @@ def test_epilogue_tile(changes, want):
         ({**FP8, "d_dtype": "bf16"}, (6, 4, 0)),
         # pingpong 64x256 bf16: 40960 B/stage, epilogue 64x32 bf16 x 4 = 16384 B: 215040 // 40960 = 5
         ({"tile": [64, 256], "schedule": "pingpong"}, (5, 4, 0)),
+        # split-K keeps its arrival word in a 1024-byte slot of its own: 128 x 112 (30720 B/stage, epilogue
+        # 128x16 x 4 = 16384 B) gets (232448 - 2048 - 16384) // 30720 = 6 stages; with 7 it asked the H200
+        # for 233472 B, over the 232448 B limit
+        ({"tile": [128, 112], "k_split": "split"}, (6, 4, 0)),
+        ({"tile": [128, 112]}, (7, 4, 0)),  # 215040 // 30720
     ],
 )
 def test_smem_plan(changes, want):
     plan = smem_plan(spec(**changes))
     assert isinstance(plan, SmemPlan) and plan == want
     assert (plan.ab_stages, plan.epi_stages, plan.c_stages) == want
+
+
+@pytest.mark.parametrize("k_split", ["none", "split", "stream"])
+def test_planned_smem_bytes_fit_the_device(k_split):
+    """What the build holds each kernel's shared memory to (codegen/contract.py) fits the opt-in limit."""
+    for tile in ([128, 112], [128, 256], [64, 144, 128], [128, 96]):
+        s = spec(tile=tile, k_split=k_split)
+        plan = smem_plan(s)
+        extra = 0 if k_split == "none" else validity.SPLIT_ARRIVAL_RESERVE_BYTES
+        assert validity.planned_smem_bytes(s) == (
+            plan.ab_stages * validity.ab_stage_bytes(s)
+            + validity.epi_smem_bytes(s)
+            + validity.BARRIER_RESERVE_BYTES
+            + extra
+        )
+        assert validity.planned_smem_bytes(s) <= validity.SMEM_CAPACITY_BYTES
 
 
 def test_smem_rule_agrees_with_smem_plan():
