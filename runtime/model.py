@@ -21,7 +21,9 @@ class, so only differences between instances matter; absolute numbers are rough.
   side spans a few tiles, `REREAD_SHARE`), at the rate the active SMs can pull together
   (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach);
 - a second floor: the bytes all tiles load from L2 together, at `L2_BYTES_PER_S` (operands re-read by
-  many tiles).
+  many tiles);
+- the waves' time and the two floors add up as a p-norm (`ROOFLINE_P`), not as their max: a problem near
+  the roofline's knee is slower than either bound alone.
 The edges are in the tile count: a 192-row tile at M = 200 computes 384 rows.
 
 Constants are H200 facts (docs/PERF.md): ~700 TFLOP/s sustained 16-bit dense, ~1250 fp8, 4.8 TB/s HBM,
@@ -65,6 +67,17 @@ L2_BYTES_PER_S = 7e12
 # measured at 0.78x of the fastest shipped instance, because its grid neighbours (M = 192, K = 7168) ran
 # 14 k-steps per unit and the problem 6 (9.05 µs where 12.5 at the neighbour: 0.72x, the model said 0.54x).
 SPLIT_UNIT_S = 2.5e-6
+# The k-loop's time and the two floors are combined as a p-norm, (busy^p + hbm^p + l2^p)^(1/p), not
+# their max (p = 0 here means the max): near the roofline's knee a tile's loads and its MMAs stall each
+# other, so a problem where they take about as long runs slower than either alone. Found where the max
+# carried a grid time across the knee: e4m3 10 x 11776 x 5760 (held-out seed 3636) took a non-swapped
+# 64 x 128 1x2 tile, compute-bound in the model at its (8, 8192, 8192) neighbour, so its time there was
+# scaled to the problem by the k-loop alone (0.75x; it took 0.90x) and the pick ran at 0.85 of the fastest
+# swap-AB tile. Fitted, not measured: p = 1.5-2 scores best in leave-one-column-out (0.9717 -> 0.9809 over
+# the seven tuned classes, every class up), leave-one-row-out (0.9864 -> 0.9884) and on session 27's three
+# GPU draws (0.9861 -> 0.9924); a fresh draw measured with it (seed 3737) scores 0.9838 -> 0.9914 on its
+# own times (`python -m build_tools.dispatch_loo --set ROOFLINE_P=...`, docs/DISPATCH.md).
+ROOFLINE_P = 2.0
 
 # Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
 # loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
@@ -140,7 +153,9 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     streamed = m * k * a_bytes * a_passes + n * k * b_bytes * b_passes + m * n * d_bytes
     floor = streamed * batch / hbm_reach(active)
     l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
-    return LAUNCH_S + max(busy, floor, l2_floor)
+    if not ROOFLINE_P:
+        return LAUNCH_S + max(busy, floor, l2_floor)
+    return LAUNCH_S + (busy**ROOFLINE_P + floor**ROOFLINE_P + l2_floor**ROOFLINE_P) ** (1 / ROOFLINE_P)
 
 
 def _stream_busy_s(tiles, steps, resident, cluster, step, epilogue, tile_elems) -> float:
