@@ -16,7 +16,8 @@ class, so only differences between instances matter; absolute numbers are rough.
   and an epilogue that writes the tile (ping-pong overlaps it with the other warpgroup's mainloop);
 - split-K instances: the tiles times the launch's default split count (runtime/scheduling.py) are the
   units, each running its share of the k-loop and writing an fp32 partial tile that the tile's last unit
-  reads back with the others', plus a fixed cost per unit for that hand-over (`SPLIT_UNIT_S`);
+  reads back with the others' (all S of them, `SPLIT_READ_BYTES_PER_S`), plus a fixed cost per unit for
+  that hand-over (`SPLIT_UNIT_S`);
 - a floor: every byte of A, B and D crosses HBM once (an operand re-read in part when the other's short
   side spans a few tiles, `REREAD_SHARE`), at the rate the active SMs can pull together
   (`hbm_reach`: a problem on 32 tiles streams its weights at about half of what 132 SMs reach);
@@ -62,11 +63,21 @@ L2_BYTES_PER_S = 7e12
 # A split-K unit's fixed cost beyond a plain tile's: the tile's last unit waits on its arrival counter for
 # the others and then reduces their partials, a tail that a shorter k-range does not shorten. Fitted, not
 # measured: leave-one-column-out over the seven tuned classes peaks at 2-3 µs (0.963 -> 0.972; rows 0.984
-# -> 0.987; docs/DISPATCH.md, session 20). Without it the model carried split-K times across K as if a
-# unit's time fell with its k-range alone: e4m3 fast 202 x 1152 x 4608 picked swap-AB 64 x 128 split-K,
-# measured at 0.78x of the fastest shipped instance, because its grid neighbours (M = 192, K = 7168) ran
-# 14 k-steps per unit and the problem 6 (9.05 µs where 12.5 at the neighbour: 0.72x, the model said 0.54x).
-SPLIT_UNIT_S = 2.5e-6
+# -> 0.987; docs/DISPATCH.md, session 20); 3.5 µs since the read-back term below (session 28).
+# Without it the model carried split-K times across K as if a unit's time fell with its k-range alone:
+# e4m3 fast 202 x 1152 x 4608 picked swap-AB 64 x 128 split-K, measured at 0.78x of the fastest shipped
+# instance, because its grid neighbours (M = 192, K = 7168) ran 14 k-steps per unit and the problem 6
+# (9.05 µs where 12.5 at the neighbour: 0.72x, the model said 0.54x).
+SPLIT_UNIT_S = 3.5e-6
+# The tile's last unit reads all S partials back (docs/KERNEL.md "Split-K"), one CTA on its own, so the tail
+# grows with the split count: at 290 x 1152 x 7040 (held-out seed 3939) swap-AB 128 x 176 split-K runs 18
+# tiles in 7 splits where its grid neighbours (M = 256, N = 2048) ran 4, and the model that charged two
+# partial tiles per unit whatever S carried it there at 0.59x its neighbour's time (measured 0.78x): the
+# pick ran at 0.73 of the fastest. Fitted with SPLIT_UNIT_S (from 2.5 µs), not measured: over a 30-45 GB/s
+# and 3-3.5 µs plateau, five GPU draws (seeds 3535-3939, 3939 the one that showed it) 0.9877 -> 0.9894,
+# leave-one-column-out 0.9809 -> 0.9821, rows 0.9884 -> 0.9900; a fresh draw measured with it (seed 4040)
+# scores the same either way, 0.9937 against 0.9939 (docs/DISPATCH.md, session 28).
+SPLIT_READ_BYTES_PER_S = 45e9
 # The k-loop's time and the two floors are combined as a p-norm, (busy^p + hbm^p + l2^p)^(1/p), not
 # their max (p = 0 here means the max): near the roofline's knee a tile's loads and its MMAs stall each
 # other, so a problem where they take about as long runs slower than either alone. Found where the max
@@ -141,7 +152,8 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     if spec.schedule == Schedule.pingpong and waves > 1:
         epilogue *= 0.25  # the other warpgroup's mainloop hides most of it
     if splits > 1:  # every unit writes its fp32 partial; the last one waits for and reads all of them
-        epilogue += 2 * tm * tn * 4 / SM_STREAM_BYTES_PER_S + SPLIT_UNIT_S
+        partial = tm * tn * 4
+        epilogue += partial / SM_STREAM_BYTES_PER_S + splits * partial / SPLIT_READ_BYTES_PER_S + SPLIT_UNIT_S
     per_tile = TILE_FILL_S + steps * step + epilogue
     busy = waves * per_tile
     if spec.k_split == KSplit.stream:
