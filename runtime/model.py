@@ -180,6 +180,9 @@ def _stream_busy_s(tiles, steps, resident, cluster, step, epilogue, tile_elems) 
     busy = math.ceil(data_parallel / workers) * (TILE_FILL_S + steps * step + epilogue)
     if stream:
         share = stream * steps / sharers
+        # One partial written and one read per piece, not split-K's read-back of all S: charging a tile's
+        # last piece for all its pieces' partials as split-K's units are (`SPLIT_READ_BYTES_PER_S`) scored
+        # lower (seven draws 0.9899 -> 0.9894, seed 4141 0.9854 -> 0.9797; session 28).
         partial = 2 * tile_elems * 4 / SM_STREAM_BYTES_PER_S + SPLIT_UNIT_S
         busy += share * step + 2 * (TILE_FILL_S + partial) + epilogue
     return busy
