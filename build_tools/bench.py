@@ -35,7 +35,8 @@ Method:
   output says which. Both cuBLAS and ours are timed the same way. Before each batch a GPU-side sleep
   (`--lead-ms`, `torch.cuda._sleep`) is queued, so the batch is fully enqueued behind it when its start
   event fires: the host's issue time of the first launch is not measured. `--warmup-s` of cuBLAS GEMMs run
-  before the first shape, so it is not timed during the clock ramp from idle.
+  before the first shape, so it is not timed during the clock ramp from idle. `--pdl` launches ours (every
+  instance and gemm()) in PDL chains (`pdl=True, b_ready=True`), as the decode suite is judged.
 - Candidate pruning (`--top`, the suite's default 3): every candidate is timed briefly first
   (`--screen-reps` interleaved rounds of one short batch, best of them), then only the `--top` fastest per
   series are timed properly together with cuBLAS. Screening only ranks; the reported figures all come from
@@ -289,6 +290,12 @@ def parse_args(argv: list[str] | None) -> BenchArgs:
         type=float,
         default=2.0,
         help="seconds of cuBLAS GEMMs before the first shape, to bring clocks to their loaded state",
+    )
+    p.add_argument(
+        "--pdl",
+        action="store_true",
+        help="launch ours (each instance and gemm()) with pdl=True, b_ready=True: a chain of GEMMs on "
+        "weights no launch writes, as the decode suite is measured (`tune evaluate --pdl`); cuBLAS as always",
     )
     p.add_argument("--host-calls", type=int, default=2000, help="calls per host-overhead run (0: skip)")
     p.add_argument("--json", type=Path, default=None, help="write every timing as JSON here")

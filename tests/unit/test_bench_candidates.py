@@ -39,3 +39,11 @@ def test_the_comparison_set_is_dense_even_through_globs():
         for s in specs
         if "_bf16_bf16_bf16_fp32acc_kkn_128x128x64_c1x1_" in s.id and s.varlen == "none" and not s.gather_a
     }
+
+
+def test_pdl_is_a_flag_of_the_command_and_off_by_default():
+    """`--pdl` times ours in PDL chains, as `tune evaluate --pdl` measures the decode suite."""
+    from build_tools.bench import parse_args
+
+    assert parse_args(["--pdl", "--shapes", "8x4096x4096"]).pdl is True
+    assert parse_args(["--shapes", "8x4096x4096"]).pdl is False
