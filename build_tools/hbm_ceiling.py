@@ -24,12 +24,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from build_tools.tune import geomean
+
 DATASHEET_TBPS = 4.8  # H200 SXM HBM3e
-
-
-def geomean(xs) -> float:
-    xs = list(xs)
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 def ceilings(verdicts: list[dict], read_tbps: float, fixed_us: float) -> dict[str, dict]:
