@@ -524,7 +524,7 @@ def cublas_calls(torch, a, b, d, combo: Combo) -> list[tuple[Callable[[], object
 @dataclass
 class Runner:
     name: str
-    kind: str  # "hgemm" (one instance), "cublas" or "gemm" (hgemm_sm90.gemm: dispatch picks)
+    kind: str  # "hgemm" (one instance), "cublas", "gemm" (hgemm_sm90.gemm: dispatch picks) or "torch" (other)
     series: str
     calls: list  # one zero-argument call per buffer set: rotation is indexing, not argument building
     cursor: int = 0

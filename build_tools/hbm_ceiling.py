@@ -22,6 +22,7 @@ import json
 import math
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 from build_tools.tune import geomean
@@ -47,11 +48,16 @@ def ceilings(verdicts: list[dict], read_tbps: float, fixed_us: float) -> dict[st
 
 
 def measure(mibs: list[int], rounds: int = 9, iters: int = 20) -> dict[int, float]:
-    """Best streaming read rate (TB/s) of torch's reductions per buffer size in MiB, on the current GPU."""
+    """Best streaming read rate (TB/s) of torch's reductions per buffer size in MiB, on the current GPU:
+    each reduction captured as a graph of `iters` calls over rotating buffers and timed in interleaved
+    rounds by build_tools/bench.py's `Runner` / `interleaved` (the GEMM benchmarks' method)."""
     import torch
+
+    from build_tools.bench import Runner, interleaved
 
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    stream = torch.cuda.Stream()
     rates = {}
     for mib in mibs:
         nbytes = mib << 20
@@ -65,35 +71,25 @@ def measure(mibs: list[int], rounds: int = 9, iters: int = 20) -> dict[int, floa
             "amax f32": lambda x, o=o_f32: torch.amax(x.view(torch.float32), dim=0, out=o),
             "amax i32": lambda x, o=o_i32: torch.amax(x, dim=0, out=o),
         }
-        graphs = {}
-        for name, read in readers.items():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                read(bufs[0])  # warm-up outside capture
+        runners = [
+            Runner(name, "torch", "", [partial(read, x) for x in bufs]) for name, read in readers.items()
+        ]
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for r in runners:
+                r.eager(1)  # warm-up outside capture
             torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(iters):
-                    read(bufs[i % sets])
-            graphs[name] = graph
-        times: dict[str, list[float]] = {name: [] for name in graphs}
-        for _ in range(rounds):
-            for name, graph in graphs.items():
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) * 1e3 / iters)
-        best_us = min(statistics.median(t) for t in times.values())
-        rates[mib] = nbytes / (best_us * 1e6)
+            for r in runners:
+                r.capture(torch, stream, iters)
+            interleaved(torch, runners, rounds, iters, stream, "ms")
+        best_ms = min(statistics.median(r.ms) for r in runners)
+        rates[mib] = nbytes / (best_ms * 1e9)
         print(
             f"{mib} MiB: "
-            + ", ".join(f"{n} {nbytes / (statistics.median(t) * 1e6):.2f} TB/s" for n, t in times.items()),
+            + ", ".join(f"{r.name} {nbytes / (statistics.median(r.ms) * 1e9):.2f} TB/s" for r in runners),
             flush=True,
         )
-        del graphs, bufs
+        del runners, bufs
         torch.cuda.empty_cache()
     return rates
 
