@@ -25,9 +25,9 @@ Semantics, as `torch.matmul` / `torch.addmm`:
   dim has size 1 is taken as packed (the contiguous extent). A layout with no unit stride, or a
   non-positive stride on a dim of size > 1 (e.g. from ``expand``), is refused with the fix.
 - dtypes come from the arrays: A's, B's, out's (and C's). With out=None the result is allocated with
-  ``torch.empty`` on a's device, only when a is a torch tensor (torch, already loaded then, is taken
-  from ``sys.modules``), with the input dtype for 16-bit inputs and bf16 for fp8 inputs; other
-  frameworks must pass ``out=``.
+  ``torch.empty`` on a's device (``a.new_empty`` where it takes a's dtype), only when a is a torch tensor
+  (torch, already loaded then, is taken from ``sys.modules``), with the input dtype for 16-bit inputs
+  and bf16 for fp8 inputs; other frameworks must pass ``out=``.
 - c with ``beta == 0`` is not read at all (as `torch.addmm`: NaN in c does not reach out), which also
   lets an instance without a C epilogue run; ``beta != 0`` needs c.
 - Empty problems: M, N or the batch count 0 launch nothing and return out; K = 0 (an empty inner dim,
@@ -162,7 +162,7 @@ def gemm(
                 key, a, b, out, c, beta, (fp8_fast_accum, fp16_accum, pdl is True), view(a, "a"), view(b, "b")
             )
         if out is None:
-            out = p.allocate()
+            out = p.allocate(a)
         if p.empty:
             return out
         if type(stream) is not int:
@@ -256,7 +256,7 @@ def _gemm_views(cache, a, b, out, c, alpha, beta, accum, stream, modes):
     if p is None:
         p = _plan_for(key, a, b, out, c, beta, accum, va, vb, vo, vc)
     if out is None:
-        out = p.allocate()
+        out = p.allocate(a)
         pd = out.data_ptr()
     else:
         pd = vo.ptr
@@ -359,7 +359,7 @@ class _Plan:
     launch keywords `kw` (m, n, k, batch, and only the strides and overrides that differ from
     `launch()`'s defaults, so that packed problems take its shortest cache key); `simple` when `kw`
     holds m, n, k, batch alone; `use_c`: c is read; `empty`: nothing to launch. `alloc`: (torch.empty,
-    shape, dtype, device) when out=None."""
+    or None for a.new_empty; shape, dtype, device) when out=None."""
 
     __slots__ = (
         "instance",
@@ -377,10 +377,14 @@ class _Plan:
         "without_workspace",
     )
 
-    def allocate(self):
+    def allocate(self, a):
+        """The output, on torch tensor a's device. Sizes as separate arguments: torch parses them ~0.9 µs
+        faster than one tuple (H200 host, torch 2.11, 2026-11-30: 2.04 vs 2.92 µs per torch.empty); where
+        out takes a's dtype, ``a.new_empty`` also skips parsing a dtype and a device (2026-12-03: 2.42-3.79
+        vs 2.61-4.36 µs; with dtype= it is slower than torch.empty, docs/PERF.md session 30)."""
         empty, shape, dtype, device = self.alloc
-        # Sizes as separate arguments: torch parses them ~0.9 µs faster than one tuple (H200 host, torch
-        # 2.11, 2026-11-30: 2.04 vs 2.92 µs per torch.empty), a third of gemm()'s margin over torch.matmul.
+        if empty is None:
+            return a.new_empty(*shape)
         return empty(*shape, dtype=dtype, device=device)
 
 
@@ -456,7 +460,9 @@ def _derive(a, va, vb, vo, vc, beta, accum) -> _Plan:
                 f"pass out=, a {d_dtype} array of shape {want} on a's device",
             )
         torch = sys.modules["torch"]
-        p.alloc = (torch.empty, want, getattr(torch, d_dtype.array_name), a.device)
+        out_dtype = getattr(torch, d_dtype.array_name)
+        # (None, ...): allocate with a.new_empty (out takes a's dtype and device), else with torch.empty.
+        p.alloc = (None if out_dtype == a.dtype else torch.empty, want, out_dtype, a.device)
     total = 1
     for x in batch:
         total *= x

@@ -269,8 +269,16 @@ class TorchTensor(_Array):
     def data_ptr(self) -> int:
         return self.ptr
 
+    def new_empty(self, *shape):
+        """As torch's: a tensor of this one's dtype and device, recorded like ``torch.empty`` (the stand-in
+        module of the last `torch_module()` call)."""
+        return _last_torch_module.empty(*shape, dtype=self.dtype, device=self.device)
+
 
 TorchTensor.__module__ = "torch"  # how the runtime tells torch tensors apart, without importing torch
+
+
+_last_torch_module = None  # what TorchTensor.new_empty allocates through
 
 
 def torch_module(streams=None):
@@ -288,5 +296,7 @@ def torch_module(streams=None):
         return t
 
     mod.empty = empty
+    global _last_torch_module
+    _last_torch_module = mod
     mod._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: mod.streams.get(device, 0))
     return mod
