@@ -380,8 +380,8 @@ class _Plan:
     def allocate(self, a):
         """The output, on torch tensor a's device. Sizes as separate arguments: torch parses them ~0.9 µs
         faster than one tuple (H200 host, torch 2.11, 2026-11-30: 2.04 vs 2.92 µs per torch.empty); where
-        out takes a's dtype, ``a.new_empty`` also skips parsing a dtype and a device (2026-12-03: 2.42-3.79
-        vs 2.61-4.36 µs; with dtype= it is slower than torch.empty, docs/PERF.md session 30)."""
+        out takes a's dtype, ``a.new_empty`` also skips parsing a dtype and a device (2026-12-03: 2.00-2.07
+        vs 2.14-2.20 µs; with dtype= it is slower than torch.empty, docs/PERF.md session 30)."""
         empty, shape, dtype, device = self.alloc
         if empty is None:
             return a.new_empty(*shape)
