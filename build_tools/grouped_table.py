@@ -36,11 +36,14 @@ def shipped_ids(spec_file: Path = REPO / "kernel_specs.yaml") -> set[str]:
 
 def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
     """Class key -> table points (runtime/tuning.py `Point` JSON) from bench_moe's results (forward runs,
-    and --gather runs, which time every gathering instance too)."""
+    and --gather runs, which time every gathering instance too); a layer timed by several runs is one
+    point, at the geometric mean of each instance's times."""
     from runtime.dispatch import ProblemClass
     from runtime.spec import GemmSpec
 
-    out: dict[str, list[dict]] = {}
+    # Repeated runs of one layer (say two rounds of the same command) make one point, each instance at the
+    # geometric mean of its times: a layer listed twice would weigh twice in `lookup_grouped`.
+    timings: dict[tuple[str, int, int, int], dict[str, list[float]]] = {}
     for r in results:
         timed = {iid: us for iid, us in r.get("us", {}).items() if iid in shipped and us > 0}
         if not timed or "experts" not in r:
@@ -48,12 +51,18 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
         keys = {ProblemClass.of(GemmSpec.parse(iid)).key for iid in timed}
         if len(keys) != 1:
             raise SystemExit(f"grouped_table: {r['problem']} times several classes: {sorted(keys)}")
-        times = sorted(timed.items(), key=lambda item: item[1])
-        out.setdefault(keys.pop(), []).append(
+        layer = timings.setdefault((keys.pop(), math.ceil(r["rows"] / r["experts"]), r["n"], r["k"]), {})
+        for iid, us in timed.items():
+            layer.setdefault(iid, []).append(us)
+    out: dict[str, list[dict]] = {}
+    for (key, m, n, k), per_instance in timings.items():
+        means = {iid: math.exp(sum(map(math.log, v)) / len(v)) for iid, v in per_instance.items()}
+        times = sorted(means.items(), key=lambda item: item[1])
+        out.setdefault(key, []).append(
             {
-                "m": math.ceil(r["rows"] / r["experts"]),
-                "n": r["n"],
-                "k": r["k"],
+                "m": m,
+                "n": n,
+                "k": k,
                 "cublas_us": None,
                 "finalists": len(times),
                 "times": [[iid, None, None, round(us, 3)] for iid, us in times],

@@ -1819,8 +1819,9 @@ class HopperGemm(GroupedWalks):
             hi = tail_cols if is_last else self.tile_mnk[2]
             if lo > 0 or hi < self.tile_mnk[2]:
                 self._trim_stage(sA, sB, read_state.index, lo, hi, tile_tidx)
-        if cutlass.const_expr(self.gather_a):
+        if cutlass.const_expr(self.gather_a and not self.gather_pair):
             # cp.async wrote A through the generic proxy; WGMMA reads shared memory through the async one.
+            # A gathering pair's rows arrive by TMA (the async proxy, like an ungathered tile's): no fence.
             cute.arch.fence_proxy("async.shared", space="cta")
         tiled_mma = self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, read_state.index, accumulate)
         read_state.advance()

@@ -30,6 +30,18 @@ def test_points_hold_the_shipped_instances_at_the_average_group_size():
     assert [t[0] for t in point["times"]] == [WIDE, SMALL]  # fastest first; the trial tile dropped
 
 
+def test_a_layer_timed_by_several_runs_is_one_point_at_the_geometric_mean():
+    first, second = _run()["results"][0], _run()["results"][0]
+    second["us"] = {WIDE: 1600.0, SMALL: 1600.0}
+    other = dict(first, rows=16380)  # another layer of the same class: its own point
+    classes = grouped_table.points_of([first, second, other], grouped_table.shipped_ids())
+    points = sorted(classes["bf16_bf16_bf16_kkn_varlenm"], key=lambda p: p["m"])
+    assert [p["m"] for p in points] == [1024, 2048]
+    times = {t[0]: t[3] for t in points[0]["times"]}
+    assert times == {WIDE: pytest.approx((1400.0 * 1600.0) ** 0.5), SMALL: 2000.0}
+    assert [t[0] for t in points[0]["times"]] == [WIDE, SMALL]
+
+
 def test_gathered_runs_file_their_instances_under_the_gathered_class():
     gathered = "sm90_bf16_bf16_bf16_fp32acc_kkn_128x256x64_c1x1_coop_varlenm_gathera"
     run = {"problem": "mixtral.up T=4096", "experts": 8, "rows": 8192, "n": 14336, "k": 4096,
