@@ -38,6 +38,7 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
     """Class key -> table points (runtime/tuning.py `Point` JSON) from bench_moe's results (forward runs,
     and --gather runs, which time every gathering instance too); a layer timed by several runs is one
     point, at the geometric mean of each instance's times."""
+    from build_tools.tune import geomean
     from runtime.dispatch import ProblemClass
     from runtime.spec import GemmSpec
 
@@ -56,8 +57,7 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
             layer.setdefault(iid, []).append(us)
     out: dict[str, list[dict]] = {}
     for (key, m, n, k), per_instance in timings.items():
-        means = {iid: math.exp(sum(map(math.log, v)) / len(v)) for iid, v in per_instance.items()}
-        times = sorted(means.items(), key=lambda item: item[1])
+        times = sorted(((iid, geomean(v)) for iid, v in per_instance.items()), key=lambda item: item[1])
         out.setdefault(key, []).append(
             {
                 "m": m,
