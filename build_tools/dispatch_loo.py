@@ -1,4 +1,5 @@
-"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows] [--set NAME=VALUE]`:
+"""`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows | --model-only]
+[--held-out FILE ...] [--set NAME=VALUE]`:
 how well dispatch's lookup predicts the fastest instance on (N, K) columns (or M rows) it has not seen,
 judged on a measured tuning table. No GPU.
 
@@ -15,6 +16,11 @@ offline judge for changes to the lookup or the cost model (docs/DISPATCH.md); th
 `python -m build_tools.tune evaluate` on held-out shapes. `--set NAME=VALUE` scores with one of
 runtime/model.py's constants changed (how its fitted constants were chosen, e.g. `--rows --set
 L2_BYTES_PER_S=9e12`); the last line is the geomean of the class geomeans, the figure such a fit compares.
+
+With --model-only, the picks are runtime/model.py's alone (`model.best` over the instances a point or
+shape timed, on the GPU's SM count), what `select()` falls back to on a GPU or class the table lacks;
+nothing is left out, since the model reads no measured time: the judge of the fallback on the GPU that
+was measured.
 
 With --held-out FILE..., the judge is measured shapes off the grid instead: every (class, shape) of an
 evaluate JSON (`python -m build_tools.tune evaluate --json`, whose verdicts record every instance's time
@@ -38,6 +44,7 @@ from pathlib import Path
 from build_tools import bench, tune
 from runtime import model
 from runtime.gpus import GpuId
+from runtime.spec import GemmSpec
 from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, shipped_path
 
 
@@ -92,14 +99,30 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
     for p in left_out:
         times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
         pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
-        out.append(_score(p["m"], p["n"], p["k"], times, pick))
+        out.append(_score(p["m"], p["n"], p["k"], times, pick.instance_id if pick else None))
     return out
 
 
-def _score(m: int, n: int, k: int, times: dict[str, float], pick) -> PointScore:
-    """A lookup's pick (None: the lookup had none) scored by the times measured at the problem."""
+def model_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
+    """Every grid point of class `cls` scored by the cost model's pick among the instances it measured."""
+    sms = _gpu(gpu_key).sm_count
+    return [
+        _model_score(p["m"], p["n"], p["k"], 1, {t[0]: t[3] for t in p["times"]}, sms)
+        for p in doc["gpus"][gpu_key]["classes"][cls]
+    ]
+
+
+def _model_score(m: int, n: int, k: int, batch: int, times: dict[str, float], sms: int) -> PointScore:
+    """The cost model's pick (runtime/model.py `best`, as `select()` falls back to it) among the
+    instances of `times`, scored by them."""
+    _, spec, _ = model.best([GemmSpec.parse(i) for i in times], m, n, k, batch, sms)
+    return _score(m, n, k, times, spec.id)
+
+
+def _score(m: int, n: int, k: int, times: dict[str, float], picked: str | None) -> PointScore:
+    """A pick's instance id (None: the lookup had none) scored by the times measured at the problem."""
     fastest = min(times, key=times.get)
-    picked = pick.instance_id if pick else fastest
+    picked = picked or fastest
     got = times.get(picked, max(times.values()))
     return PointScore(m, n, k, times[fastest] / got, picked, fastest)
 
@@ -145,27 +168,35 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
     return cases
 
 
-def held_out_scores(doc: dict, cases: list[HeldOutCase]) -> list[tuple[HeldOutCase, PointScore]]:
+def held_out_scores(
+    doc: dict, cases: list[HeldOutCase], model_only: bool = False
+) -> list[tuple[HeldOutCase, PointScore]]:
     """Each case looked up in the table `doc`'s rows for its GPU (its PDL rows for a PDL case where they
     reach its M, as `select(pdl=True)` reads them) among the instances it timed, and scored like a left-out
-    grid point. Cases on a GPU the table lacks are left out."""
+    grid point. Cases on a GPU the table lacks are left out. model_only: the cost model's pick instead
+    (every case, whatever GPU: the model needs only its SM count)."""
     table = TuningTable.from_json(doc)
     out = []
     for c in cases:
+        if model_only:
+            out.append((c, _model_score(c.m, c.n, c.k, c.batch, c.times, _gpu(c.gpu).sm_count)))
+            continue
         if c.gpu not in doc["gpus"]:
             continue
         gpu, pdl_key = _gpu(c.gpu), c.cls + PDL_SUFFIX
         key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls
         pick = table.lookup(gpu, key, c.m, c.n, c.k, c.batch, set(c.times))
-        out.append((c, _score(c.m, c.n, c.k, c.times, pick)))
+        out.append((c, _score(c.m, c.n, c.k, c.times, pick.instance_id if pick else None)))
     return out
 
 
-def report_held_out(doc: dict, files: list[Path], worst: int = 3) -> dict[str, float]:
+def report_held_out(
+    doc: dict, files: list[Path], worst: int = 3, model_only: bool = False
+) -> dict[str, float]:
     """Print one line per GPU and class over the cases of `files` (and the `worst` of each); {"GPU
-    class": geomean}."""
+    class": geomean}. model_only: score the cost model's picks instead of the table's."""
     cases = [c for f in files for c in held_out_cases(json.loads(f.read_text()))]
-    scored = held_out_scores(doc, cases)
+    scored = held_out_scores(doc, cases, model_only)
     groups: dict[str, list[PointScore]] = {}
     for c, s in scored:
         groups.setdefault(f"{c.gpu} {c.cls}{PDL_SUFFIX if c.pdl else ''}", []).append(s)
@@ -187,16 +218,17 @@ def geomean(xs) -> float:
 
 
 def report(
-    doc: dict, classes: list[str] | None = None, worst: int = 3, rows: bool = False
+    doc: dict, classes: list[str] | None = None, worst: int = 3, rows: bool = False, model_only: bool = False
 ) -> dict[str, float]:
     """Print one line per (GPU, class) and the `worst` points; returns {class: geomean score}. rows: leave
-    one M row out instead of one (N, K) column."""
+    one M row out instead of one (N, K) column; model_only: score the cost model's picks at every point."""
     out = {}
     for gpu_key, entry in sorted(doc["gpus"].items()):
         for cls in sorted(entry["classes"]):
             if (classes and cls not in classes) or is_grouped_key(cls):
                 continue  # grouped points are MoE layers, looked up by group size alone: no grid to leave out
-            scores = (row_scores if rows else column_scores)(doc, gpu_key, cls)
+            judge = model_scores if model_only else row_scores if rows else column_scores
+            scores = judge(doc, gpu_key, cls)
             out[cls] = g = geomean(s.score for s in scores)
             low = min(s.score for s in scores)
             print(f"{gpu_key} {cls}: {len(scores)} points, geomean {g:.3f}, min {low:.3f}")
@@ -244,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worst", type=int, default=3, help="worst points listed per class")
     ap.add_argument("--rows", action="store_true", help="leave one M row out instead of one (N, K) column")
     ap.add_argument(
+        "--model-only",
+        action="store_true",
+        help="score the cost model's picks alone (select()'s fallback where the table has no rows)",
+    )
+    ap.add_argument(
         "--held-out",
         type=Path,
         nargs="+",
@@ -264,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = json.loads(args.table.read_text())
     with model_constants(args.overrides):
         if args.held_out:
-            scores = report_held_out(doc, args.held_out, args.worst)
+            scores = report_held_out(doc, args.held_out, args.worst, args.model_only)
             if not scores:
                 print(
                     "dispatch_loo: no shape in these files records every instance's time (evaluate JSONs do "
@@ -273,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 2
         else:
-            scores = report(doc, args.cls, args.worst, args.rows)
+            scores = report(doc, args.cls, args.worst, args.rows, args.model_only)
     if scores:
         print(f"all {len(scores)} classes: geomean of the class geomeans {geomean(scores.values()):.4f}")
     return 0

@@ -11,9 +11,10 @@ class, so only differences between instances matter; absolute numbers are rough.
   8-CTA clusters fewer: a cluster must fit in one GPC, `CLUSTER_RESIDENT_FRACTION`): wave quantization,
   the biggest single effect (a problem of 133 tiles on 132 SMs takes two waves);
 - per tile, the k-loop: ceil(K / tile_k) steps, each limited by the tensor cores (the tile family's
-  sustained fraction of peak, `TILE_EFFICIENCY`) or by loading the A and B tiles into shared memory
-  (multicast divides a tile's loads by the cluster extent that shares them), plus a fixed pipeline fill
-  and an epilogue that writes the tile (ping-pong overlaps it with the other warpgroup's mainloop);
+  sustained fraction of peak, `TILE_EFFICIENCY`, interpolated between its tiles by `tile_efficiency`) or
+  by loading the A and B tiles into shared memory (multicast divides a tile's loads by the cluster
+  extent that shares them), plus a fixed pipeline fill and an epilogue that writes the tile (ping-pong
+  overlaps it with the other warpgroup's mainloop);
 - split-K instances: the tiles times the launch's default split count (runtime/scheduling.py) are the
   units, each running its share of the k-loop and writing an fp32 partial tile that the tile's last unit
   reads back with the others' (all S of them, `SPLIT_READ_BYTES_PER_S`), plus a fixed cost per unit for
@@ -92,7 +93,9 @@ SPLIT_READ_BYTES_PER_S = 45e9
 ROOFLINE_P = 2.0
 
 # Sustained fraction of the tensor-core peak inside the k-loop, by (tile_m, tile_n): wide tiles reuse each
-# loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup.
+# loaded byte more and keep the WGMMA pipeline fuller; 64-row tiles run one consumer warpgroup. Tiles
+# between these (a third of the shipped instances: N = 96-224, swap-AB kernel tiles such as 128 x 144)
+# take `tile_efficiency`'s interpolation.
 TILE_EFFICIENCY = {
     (192, 256): 0.95,
     (128, 256): 0.95,
@@ -104,7 +107,7 @@ TILE_EFFICIENCY = {
     (64, 64): 0.55,
     (64, 32): 0.40,
 }
-DEFAULT_EFFICIENCY = 0.6
+DEFAULT_EFFICIENCY = 0.6  # a tile M with no TILE_EFFICIENCY entry (320 rows)
 # Share of the SMs that clusters of this many CTAs can occupy at once (one CTA per SM). Measured on the
 # H200 tuning table (2026-12-01): 2x2-cluster instances ran 96 output tiles in one wave (time 1.00-1.08x
 # their 2x1 twin's) but 128 tiles in two (1.3-2.0x, 90 points), so fewer than 128 of the 132 SMs hold
@@ -113,6 +116,32 @@ DEFAULT_EFFICIENCY = 0.6
 # (14.3 µs against 9.3 for its 2x1 twin), so 15 clusters are resident. Clusters of 1 and 2 CTAs fill
 # every SM.
 CLUSTER_RESIDENT_FRACTION = {4: 120 / 132, 8: 120 / 132}
+
+
+def tile_efficiency(tm: int, tn: int) -> float:
+    """The k-loop's sustained fraction of peak for a tm x tn kernel tile: TILE_EFFICIENCY's entry, else
+    linear in N between the listed tiles of the same M (the nearest one's beyond them); DEFAULT_EFFICIENCY
+    for an M with none listed.
+
+    Until 2026-12-03 (session 32) every unlisted tile took DEFAULT_EFFICIENCY, 0.6, so a 128 x 192
+    ping-pong tile counted as slower per k-step than 128 x 128. Where the tuning table decides (the H200)
+    that barely mattered, since the model only carries an instance's measured time between two problems:
+    `python -m build_tools.dispatch_loo` 0.9819 -> 0.9818 leaving columns out, 0.9880 -> 0.9883 rows, held
+    out on the ten stored draws (seeds 3535-4444) 0.9899 -> 0.9901. Where the model decides alone (a GPU
+    the table lacks), its picks scored on the H200's measurements (`--model-only`) went from 0.957 to 0.965
+    of the fastest on the table's points and from 0.936 to 0.959 on those draws (docs/DISPATCH.md)."""
+    listed = TILE_EFFICIENCY.get((tm, tn))
+    if listed is not None:
+        return listed
+    same_m = sorted((n, e) for (m, n), e in TILE_EFFICIENCY.items() if m == tm)
+    if not same_m:
+        return DEFAULT_EFFICIENCY
+    if tn <= same_m[0][0]:
+        return same_m[0][1]
+    for (n0, e0), (n1, e1) in zip(same_m, same_m[1:]):
+        if tn <= n1:
+            return e0 + (e1 - e0) * (tn - n0) / (n1 - n0)
+    return same_m[-1][1]
 
 
 def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int) -> float:
@@ -140,7 +169,7 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     peak = (TFLOPS_FP8 if spec.a_dtype.is_float8 else TFLOPS_16BIT) / sm_count
     if spec.a_dtype.is_float8 and not spec.fp8_fast_accum:
         peak *= PROMOTED_FACTOR
-    eff = TILE_EFFICIENCY.get((tm, tn), DEFAULT_EFFICIENCY)
+    eff = tile_efficiency(tm, tn)
     compute = 2 * tm * tn * tk / (peak * eff)
     # Multicast: the cluster's CTAs along N share each A tile, those along M each B tile.
     load_bytes = (tm * a_bytes / cn + tn * b_bytes / cm) * tk

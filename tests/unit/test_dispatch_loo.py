@@ -10,6 +10,7 @@ import pytest
 
 from build_tools import dispatch_loo
 from runtime import model
+from runtime.spec import GemmSpec
 from runtime.tuning import PDL_SUFFIX, is_grouped_key, shipped_path
 
 FLOOR = 0.955  # geomean per class on the shipped H200 table (2026-12-01: 0.961-0.980; 0.945 for bf16
@@ -185,3 +186,41 @@ def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, cap
     assert f"G/132 {KEY}: 1 held-out shapes, geomean 0.833, min 0.833" in out
     assert dispatch_loo.main(["--table", str(table), "--held-out", str(files[1])]) == 2
     assert "records every instance's time" in capsys.readouterr().err
+
+
+# --- the cost model alone (--model-only) ---------------------------------------------------------------
+
+TINY = "sm90_bf16_bf16_bf16_fp32acc_kkn_64x64x64_c1x1_coop"
+
+
+def test_model_only_scores_the_cost_models_pick_at_every_point_and_held_out_shape(tmp_path, capsys):
+    """At 4096 x 4096 x 4096 the model takes the 128 x 256 tile over 64 x 64 (fewer, fuller tiles); a point
+    that measured 64 x 64 faster scores the model's pick by that point's times. Held-out shapes are scored
+    the same way, also on a GPU the table does not hold (the model needs only its SM count)."""
+    assert model.best([GemmSpec.parse(i) for i in (WIDE, TINY)], 4096, 4096, 4096, 1, 132)[1].id == WIDE
+    doc = _table_doc({KEY: [_pt(4096, TINY, WIDE), _pt(8192, WIDE, TINY)]})
+    scores = dispatch_loo.model_scores(doc, "G/132", KEY)
+    assert [(s.m, s.picked, s.score) for s in scores] == [(4096, WIDE, 0.5), (8192, WIDE, 1.0)]
+
+    verdicts = [{"cls": KEY, "shape": "4000x4096x4096", "times": {TINY: 10.0, WIDE: 40.0}}]
+    cases = dispatch_loo.held_out_cases({"env": {"gpu": "H", "sms": 114}, "verdicts": verdicts})
+    assert dispatch_loo.held_out_scores(doc, cases) == []  # the table has no rows for this GPU
+    ((_, score),) = dispatch_loo.held_out_scores(doc, cases, model_only=True)
+    assert (score.picked, score.score) == (WIDE, 0.25)
+
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(doc))
+    assert dispatch_loo.main(["--table", str(table), "--model-only", "--worst", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "G/132 bf16_bf16_bf16_kkn: 2 points, geomean 0.707, min 0.500" in out
+    assert "0.500 at 4096x4096x4096: picked " + WIDE in out
+
+
+def test_model_tile_efficiency_interpolates_between_the_listed_tiles_of_the_same_m():
+    eff = model.TILE_EFFICIENCY
+    assert model.tile_efficiency(128, 256) == eff[(128, 256)]  # listed: as listed
+    assert model.tile_efficiency(128, 192) == pytest.approx((eff[(128, 128)] + eff[(128, 256)]) / 2)
+    assert eff[(64, 64)] < model.tile_efficiency(64, 96) < eff[(64, 128)]
+    assert model.tile_efficiency(64, 8) == eff[(64, 32)]  # below the narrowest listed: the narrowest's
+    assert model.tile_efficiency(256, 176) == eff[(256, 128)]  # beyond the widest listed: the widest's
+    assert model.tile_efficiency(320, 128) == model.DEFAULT_EFFICIENCY  # no tile of that M listed
