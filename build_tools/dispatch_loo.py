@@ -274,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cls", action="append", help="only this class key (repeatable)")
     ap.add_argument("--worst", type=int, default=3, help="worst points listed per class")
-    ap.add_argument("--rows", action="store_true", help="leave one M row out instead of one (N, K) column")
-    ap.add_argument(
+    judge = ap.add_mutually_exclusive_group()
+    judge.add_argument("--rows", action="store_true", help="leave one M row out instead of one (N, K) column")
+    judge.add_argument(
         "--model-only",
         action="store_true",
         help="score the cost model's picks alone (select()'s fallback where the table has no rows)",
