@@ -45,7 +45,7 @@ from build_tools import bench, tune
 from runtime import model
 from runtime.gpus import GpuId
 from runtime.spec import GemmSpec
-from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, shipped_path
+from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, read_document, shipped_path
 
 
 def _gpu(key: str) -> GpuId:
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "the model's fitted constants were chosen",
     )
     args = ap.parse_args(argv)
-    doc = json.loads(args.table.read_text())
+    doc = read_document(args.table)
     with model_constants(args.overrides):
         if args.held_out:
             scores = report_held_out(doc, args.held_out, args.worst, args.model_only)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -91,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, default=REPO / "runtime" / "tuning.json")
     ap.add_argument("--gpu-key", default=None, help="e.g. 'NVIDIA H200/132' (default: the runs' own)")
     args = ap.parse_args(argv)
+    from runtime.tuning import read_document, write_document
+
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in args.results]
     keys = {args.gpu_key or run.get("gpu_key") for run in runs}
     if None in keys or len(keys) != 1:
@@ -103,10 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m build_tools.bench_moe (" + ", ".join(p.name for p in args.results) + ")",
         "torch": sorted({run.get("torch", "") for run in runs}),
     }
-    table = merge(json.loads(args.table.read_text(encoding="utf-8")), keys.pop(), classes, measured)
-    tmp = args.table.with_suffix(args.table.suffix + ".tmp")
-    tmp.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, args.table)
+    table = merge(read_document(args.table), keys.pop(), classes, measured)
+    write_document(args.table, table)
     for key, pts in sorted(classes.items()):
         sizes = sorted(p["m"] for p in pts)
         print(f"{key}: {len(pts)} points, groups of {sizes[0]}-{sizes[-1]} rows on average")

@@ -40,7 +40,6 @@ import argparse
 import importlib
 import json
 import math
-import os
 import random
 import shlex
 import statistics
@@ -50,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_tools import bench
-from runtime.tuning import PDL_SUFFIX, kernels_digest, timed_with
+from runtime.tuning import PDL_SUFFIX, kernels_digest, read_document, timed_with, write_document
 
 GRID_M = (
     1,
@@ -182,12 +181,6 @@ def setup(torch):
 def gpu_key(torch) -> str:
     props = torch.cuda.get_device_properties(0)
     return f"{props.name}/{props.multi_processor_count}"
-
-
-def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # atomic: an interrupted run never leaves half a table
 
 
 def table_point(shape: bench.Shape, runners: list[dict]) -> dict:
@@ -331,7 +324,7 @@ def tune(args) -> int:
 
     hg, env, stream = setup(torch)
     key = gpu_key(torch)
-    doc = json.loads(args.out.read_text()) if args.out.exists() else {}
+    doc = read_document(args.out) if args.out.exists() else {}
     if doc.get("format") != "hgemm-sm90-tuning":
         doc = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {}}
     doc["grid"] = {"m": list(GRID_M), "nk": [list(c) for c in GRID_NK], "max_tflop": MAX_TFLOP}
@@ -383,7 +376,7 @@ def tune(args) -> int:
                 pts = classes.setdefault(row_key(args, ck), [])
                 pts[:] = [p for p in pts if (p["m"], p["n"], p["k"]) != (shape.m, shape.n, shape.k)] + [point]
                 pts.sort(key=lambda p: (p["n"], p["k"], p["m"]))
-            _write_json(args.out, doc)
+            write_document(args.out, doc)  # atomic: a stopped run keeps every point it timed
             best = min(
                 (r for r in res["runners"] if r["kind"] == "hgemm" and "median_ms" in r),
                 key=lambda r: r["median_ms"],

@@ -1,13 +1,25 @@
 """The tuning table: which instance ran fastest, measured per GPU, problem class and grid point.
 
 `python -m build_tools.tune` writes it on a GPU (docs/DISPATCH.md: the grid, the method, the command);
-it is committed as runtime/tuning.json and ships in the wheel beside this module. Layout::
+it is committed as runtime/tuning.json and ships in the wheel beside this module. The tools edit it as
+the *expanded document* (version 1; `read_document`)::
 
     {"format": "hgemm-sm90-tuning", "version": 1, "grid": {...how the points were drawn...},
      "gpus": {"NVIDIA H200/132": {"measured": {...date, command, versions...},
                                   "classes": {"bf16_bf16_bf16_kkn": [POINT, ...], ...}}}}
     POINT = {"m": 512, "n": 4096, "k": 4096, "cublas_us": 41.2, "finalists": 4, "kernels": "<16 hex>",
              "times": [["<instance id>", raster_along_m or null, group_size or null, us], ...]}
+
+and store it *compact* (version 2; `write_document`, `encode_document`): each class names its candidates
+once and each point's times are a list aligned with them (null where the point did not time one)::
+
+    "bf16_bf16_bf16_kkn": {"candidates": [["<instance id>", raster_along_m or null, group_size or null], ...],
+                           "points": [{"m": 512, ..., "kernels": "<16 hex>", "us": [41.9, null, ...]}, ...]}
+
+one point per line. The expanded form repeats every instance id at every point: 17 MB against 1.3 MB for
+the H200 table of 2026-12-03, and a first `select()` (which reads the file and parses the class it asks
+about) spent ~165 ms on it against ~50 ms, on the 2-core CPU box (docs/PERF.md session 33); a re-tune's
+diff was one line per time, now one per point. `load` and `TuningTable.from_json` take either version.
 
 ``kernels`` (optional) names the cubins the times were measured with (`kernels_digest`); the lookup
 ignores it, `python -m build_tools.tune --stale` re-times the points whose cubins changed, and
@@ -71,7 +83,8 @@ GROUPED_TAG = "_varlenm"
 # for the two nearest sizes alone; docs/DISPATCH.md).
 GROUP_SIZE_OCTAVES = 1.5
 FORMAT = "hgemm-sm90-tuning"
-VERSION = 1
+VERSION = 1  # the expanded document (what the tools edit)
+COMPACT_VERSION = 2  # the file (see the module docstring)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -121,35 +134,63 @@ class Point:
 
     @classmethod
     def from_json(cls, doc, where: str, candidates: dict | None = None) -> Point:
-        """`candidates`: (id, raster, group) -> Candidate, shared by the points of one table (a table
-        names the same few hundred candidates tens of thousands of times; one object each makes the
-        first `select()` of a process ~3x faster)."""
+        """A point of the expanded document. `candidates`: (id, raster, group) -> Candidate, shared by the
+        points of one table (a table names the same few hundred candidates tens of thousands of times; one
+        object each makes the first `select()` of a process ~3x faster)."""
         candidates = {} if candidates is None else candidates
         try:
             times = []
             for iid, raster, group, us in doc["times"]:
-                if not isinstance(iid, str) or not (us > 0) or raster not in (None, True, False):
-                    raise ValueError("bad time entry")
-                if group is not None and (type(group) is not int or group < 1):
-                    raise ValueError("bad group size")
                 cand = candidates.get((iid, raster, group))
                 if cand is None:
-                    cand = candidates[iid, raster, group] = Candidate(iid, raster, group)
+                    cand = candidates[iid, raster, group] = _candidate(iid, raster, group)
+                if not (us > 0):
+                    raise ValueError("bad time entry")
                 times.append((cand, float(us)))
-            dims = [doc[d] for d in "mnk"]
-            if any(type(v) is not int or v < 1 for v in dims) or not times:
-                raise ValueError("bad extents or no times")
-            finalists = doc.get("finalists")
-            if finalists is not None and (type(finalists) is not int or not 0 <= finalists <= len(times)):
-                raise ValueError("bad finalists count")
-            kernels = doc.get("kernels")
-            if kernels is not None and type(kernels) is not str:
-                raise ValueError("bad kernels digest")
-            return cls(
-                *dims, tuple(sorted(times, key=lambda t: t[1])), doc.get("cublas_us"), finalists, kernels
-            )
+            return cls._checked(doc, times)
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(f"tuning table point {where} is malformed ({e})") from None
+
+    @classmethod
+    def from_compact(cls, doc, where: str, candidates: list[Candidate]) -> Point:
+        """A point of the compact form: its ``us`` aligned with its class's ``candidates``."""
+        try:
+            us_list = doc["us"]
+            if type(us_list) is not list or len(us_list) != len(candidates):
+                raise ValueError(f"a times list not aligned with the class's {len(candidates)} candidates")
+            times = [(c, float(us)) for c, us in zip(candidates, us_list) if us is not None]
+            if not all(us > 0 for _, us in times):
+                raise ValueError("bad time entry")
+            return cls._checked(doc, times)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptArtifactError(f"tuning table point {where} is malformed ({e})") from None
+
+    @classmethod
+    def _checked(cls, doc: dict, times: list) -> Point:
+        """The point of ``doc``'s fields (either form) with ``times``, validated; ValueError if malformed."""
+        dims = [doc[d] for d in "mnk"]
+        if any(type(v) is not int or v < 1 for v in dims) or not times:
+            raise ValueError("bad extents or no times")
+        finalists = doc.get("finalists")
+        if finalists is not None and (type(finalists) is not int or not 0 <= finalists <= len(times)):
+            raise ValueError("bad finalists count")
+        kernels = doc.get("kernels")
+        if kernels is not None and type(kernels) is not str:
+            raise ValueError("bad kernels digest")
+        return cls(*dims, tuple(sorted(times, key=_us)), doc.get("cublas_us"), finalists, kernels)
+
+
+def _candidate(iid, raster, group) -> Candidate:
+    """A validated candidate of either form; ValueError if malformed."""
+    if not isinstance(iid, str) or raster not in (None, True, False):
+        raise ValueError("bad time entry")
+    if group is not None and (type(group) is not int or group < 1):
+        raise ValueError("bad group size")
+    return Candidate(iid, raster, group)
+
+
+def _us(entry: tuple) -> float:
+    return entry[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +244,10 @@ class TuningTable:
     def __init__(self, gpus: dict[str, dict[str, list[Point]]], meta: dict | None = None, path: str = ""):
         self.meta = meta or {}
         self.path = path
-        # (gpu key, class key) -> its points, parsed, or (unparsed) their JSON list; parsed on first use
+        # (gpu key, class key) -> its points, parsed, or (unparsed) their JSON: the expanded form's list or
+        # the compact form's {"candidates", "points"}; parsed on first use
         self._points: dict[tuple[str, str], list[Point]] = {}
-        self._raw: dict[tuple[str, str], list] = {}
+        self._raw: dict[tuple[str, str], list | dict] = {}
         self._order: dict[str, list[str]] = {}  # gpu key -> its class keys, in the document's order
         self._candidates: dict = {}  # shared by all points (`Point.from_json`)
         # (gpu key, class key) -> {(n, k): points sorted by m}, built on first use
@@ -221,8 +263,11 @@ class TuningTable:
     def from_json(cls, doc, path: str = "", lazy: bool = False) -> TuningTable:
         """The table of a parsed JSON document. With ``lazy``, each class's points are validated when first
         used (see the class docstring); otherwise all of them now."""
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
-            raise CorruptArtifactError(f"not a version-{VERSION} {FORMAT} document", path)
+        version = doc.get("version") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+        if version not in (VERSION, COMPACT_VERSION):
+            raise CorruptArtifactError(
+                f"not a version-{VERSION} or -{COMPACT_VERSION} {FORMAT} document", path
+            )
         table = cls({}, {"grid": doc.get("grid", {}), "measured": {}}, path)
         for gkey, entry in (doc.get("gpus") or {}).items():
             classes = entry.get("classes") if isinstance(entry, dict) else None
@@ -231,7 +276,12 @@ class TuningTable:
             table.meta["measured"][gkey] = entry.get("measured", {})
             table._order[gkey] = list(classes)
             for ckey, points in classes.items():
-                if not isinstance(points, list):
+                if version == COMPACT_VERSION:
+                    if not (isinstance(points, dict) and isinstance(points.get("points"), list)):
+                        raise CorruptArtifactError(
+                            f"tuning table class {gkey} {ckey} has no points list", path
+                        )
+                elif not isinstance(points, list):
                     raise CorruptArtifactError(f"tuning table class {gkey} {ckey} is not a list", path)
                 table._raw[gkey, ckey] = points
                 if not lazy:
@@ -243,10 +293,33 @@ class TuningTable:
         points = self._points.get((gkey, ckey))
         if points is None and (gkey, ckey) in self._raw:
             raw = self._raw[gkey, ckey]  # kept until it parses: a malformed class refuses every lookup
-            points = [Point.from_json(p, f"{gkey} {ckey}[{i}]", self._candidates) for i, p in enumerate(raw)]
+            if isinstance(raw, dict):  # the compact form
+                cands = self._compact_candidates(gkey, ckey, raw)
+                points = [
+                    Point.from_compact(p, f"{gkey} {ckey}[{i}]", cands) for i, p in enumerate(raw["points"])
+                ]
+            else:
+                points = [
+                    Point.from_json(p, f"{gkey} {ckey}[{i}]", self._candidates) for i, p in enumerate(raw)
+                ]
             self._points[gkey, ckey] = points
             del self._raw[gkey, ckey]
         return points
+
+    def _compact_candidates(self, gkey: str, ckey: str, raw: dict) -> list[Candidate]:
+        """A compact class's candidates, validated (one object per candidate across the table)."""
+        out = []
+        try:
+            for iid, raster, group in raw["candidates"]:
+                cand = self._candidates.get((iid, raster, group))
+                if cand is None:
+                    cand = self._candidates[iid, raster, group] = _candidate(iid, raster, group)
+                out.append(cand)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptArtifactError(
+                f"tuning table class {gkey} {ckey}'s candidates are malformed ({e})"
+            ) from None
+        return out
 
     def _columns_of(self, gkey: str, ckey: str) -> dict[tuple[int, int], list[Point]] | None:
         """{(n, k): points sorted by m} of one GPU and class, or None if the table has no such points."""
@@ -448,6 +521,100 @@ def load(path: str) -> TuningTable:
     except (OSError, ValueError) as e:
         raise CorruptArtifactError(f"tuning table cannot be read: {e}", path) from None
     return TuningTable.from_json(doc, path, lazy=True)
+
+
+def read_document(path) -> dict:
+    """The expanded document (version 1, see the module docstring) of the table file at ``path``, either
+    form: what the tools edit. ValueError (or OSError) if it is not a table."""
+    import json
+
+    with open(path, "rb") as f:
+        doc = json.loads(f.read())
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} document")
+    if doc.get("version") != COMPACT_VERSION:
+        return doc
+    try:
+        return expand_document(doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: a malformed compact table ({e!r})") from None
+
+
+def write_document(path, doc: dict) -> None:
+    """Write the expanded document ``doc`` to ``path`` in the compact form, atomically (an interrupted
+    run never leaves half a table)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(encode_document(doc))
+    os.replace(tmp, path)
+
+
+def _candidate_order(c: tuple) -> tuple:
+    iid, raster, group = c
+    return (iid, -1 if raster is None else int(raster), group or 0)
+
+
+def compact_class(points: list[dict]) -> dict:
+    """One class's expanded points in the compact form: its candidates (sorted) once, each point's times
+    aligned with them."""
+    cands = sorted({(t[0], t[1], t[2]) for p in points for t in p["times"]}, key=_candidate_order)
+    index = {c: i for i, c in enumerate(cands)}
+    out = []
+    for p in points:
+        us: list = [None] * len(cands)
+        for iid, raster, group, t in p["times"]:
+            us[index[iid, raster, group]] = t
+        out.append({**{f: v for f, v in p.items() if f != "times"}, "us": us})
+    return {"candidates": [list(c) for c in cands], "points": out}
+
+
+def expand_class(cls_doc: dict) -> list[dict]:
+    """The inverse of `compact_class`: each point with its ``times``, fastest first."""
+    cands = cls_doc["candidates"]
+    out = []
+    for p in cls_doc["points"]:
+        timed = [[*c, t] for c, t in zip(cands, p["us"]) if t is not None]
+        out.append({**{f: v for f, v in p.items() if f != "us"}, "times": sorted(timed, key=lambda e: e[3])})
+    return out
+
+
+def expand_document(doc: dict) -> dict:
+    """A compact document (version 2) expanded (version 1)."""
+    gpus = {
+        g: {**e, "classes": {c: expand_class(cd) for c, cd in e["classes"].items()}}
+        for g, e in doc.get("gpus", {}).items()
+    }
+    return {**doc, "version": VERSION, "gpus": gpus}
+
+
+def encode_document(doc: dict) -> str:
+    """The text of the compact form of the expanded document ``doc``: valid JSON, one candidate and one
+    point per line (a re-tune's diff names the points it changed)."""
+    import json
+
+    def one(x) -> str:
+        return json.dumps(x, ensure_ascii=False)
+
+    def block(indent: str, items: list[str]) -> str:
+        return ",\n".join(indent + i for i in items)
+
+    gpus = []
+    for gkey, entry in doc.get("gpus", {}).items():
+        classes = []
+        for ckey, points in entry.get("classes", {}).items():
+            cd = compact_class(points)
+            classes.append(
+                f"{one(ckey)}: {{\n"
+                f'     "candidates": [\n{block("      ", [one(c) for c in cd["candidates"]])}\n     ],\n'
+                f'     "points": [\n{block("      ", [one(p) for p in cd["points"]])}\n     ]}}'
+            )
+        gpus.append(
+            f"{one(gkey)}: {{\n"
+            f'   "measured": {one(entry.get("measured", {}))},\n'
+            f'   "classes": {{\n{block("    ", classes)}\n   }}}}'
+        )
+    head = {"format": FORMAT, "version": COMPACT_VERSION, "grid": doc.get("grid", {})}
+    return f'{one(head)[:-1]},\n "gpus": {{\n{block("  ", gpus)}\n }}}}\n'
 
 
 def shipped_path() -> str:

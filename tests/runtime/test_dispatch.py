@@ -59,7 +59,7 @@ def _problem_kwargs(cls: ProblemClass) -> dict:
 
 
 def test_shipped_table_schema_round_trips():
-    doc = json.loads(TABLE.read_text())
+    doc = tuning.read_document(TABLE)
     table = tuning.TuningTable.from_json(doc, str(TABLE))
     assert table.to_json()["gpus"] == doc["gpus"]
     assert H200.key in table.summary()
@@ -117,6 +117,86 @@ def test_a_loaded_table_parses_a_class_on_its_first_lookup(tmp_path):
         table.summary()  # parses every class (doctor reports it)
     with pytest.raises(CorruptArtifactError, match="not a list"):
         tuning.TuningTable.from_json({**doc, "gpus": {H200.key: {"classes": {"c": {"m": 1}}}}}, lazy=True)
+
+
+def test_the_shipped_table_is_stored_compact_as_write_document_writes_it():
+    """runtime/tuning.json is the compact form (runtime/tuning.py: each class's candidates once, times
+    aligned with them), byte for byte what `write_document` writes for its expanded document: a table
+    edited by hand or written by an older tool fails here."""
+    text = TABLE.read_text(encoding="utf-8")
+    assert json.loads(text)["version"] == tuning.COMPACT_VERSION
+    assert tuning.encode_document(tuning.read_document(TABLE)) == text
+
+
+def _sorted_times(table: tuning.TuningTable) -> dict:
+    return {
+        (g, c, p.m, p.n, p.k): (
+            sorted((us, cand) for cand, us in p.times),
+            p.cublas_us,
+            p.finalists,
+            p.kernels,
+        )
+        for g, classes in table.gpus.items()
+        for c, points in classes.items()
+        for p in points
+    }
+
+
+def test_the_compact_and_the_expanded_form_hold_the_same_points(tmp_path):
+    """Expanding the shipped table and storing it compact again loses nothing: every point's times,
+    cuBLAS time, finalist count and kernels digest read back the same from either form."""
+    expanded = tuning.read_document(TABLE)
+    assert expanded["version"] == tuning.VERSION and all(
+        "times" in p for e in expanded["gpus"].values() for pts in e["classes"].values() for p in pts
+    )
+    path = tmp_path / "expanded.json"
+    path.write_text(json.dumps(expanded))
+    assert _sorted_times(tuning.load(str(path))) == _sorted_times(tuning.load(str(TABLE)))
+    again = tmp_path / "again.json"
+    tuning.write_document(again, tuning.read_document(path))  # the tools' round trip
+    assert again.read_text(encoding="utf-8") == TABLE.read_text(encoding="utf-8")
+
+
+def test_a_compact_table_refuses_malformed_classes_at_their_first_lookup(tmp_path):
+    """A compact class whose times list does not align with its candidates, or whose candidate is
+    malformed, is refused typed at the class's first use; a class that is not {"candidates", "points"}
+    at load."""
+    expanded = {
+        "format": tuning.FORMAT,
+        "version": tuning.VERSION,
+        "gpus": {
+            H200.key: {
+                "classes": {
+                    "bf16_bf16_bf16_kkn": [
+                        {"m": 64, "n": 1024, "k": 1024, "times": [[A, None, None, 5.0], [B, None, None, 6.0]]}
+                    ]
+                }
+            }
+        },
+    }
+    compact = json.loads(tuning.encode_document(expanded))
+    cls = compact["gpus"][H200.key]["classes"]["bf16_bf16_bf16_kkn"]
+    assert cls["candidates"] == [[A, None, None], [B, None, None]] and cls["points"][0]["us"] == [5.0, 6.0]
+    table = tuning.TuningTable.from_json(compact, lazy=True)
+    assert table.lookup(H200, "bf16_bf16_bf16_kkn", 64, 1024, 1024, 1, {A, B}).instance_id == A
+    for broken, match in (
+        ({"us": [5.0]}, "not aligned"),
+        ({"us": [5.0, -1.0]}, "bad time entry"),
+        ({"us": [None, None]}, "no times"),
+        ({"m": 0}, "bad extents"),
+    ):
+        bad = json.loads(json.dumps(compact))
+        bad["gpus"][H200.key]["classes"]["bf16_bf16_bf16_kkn"]["points"][0].update(broken)
+        table = tuning.TuningTable.from_json(bad, lazy=True)
+        with pytest.raises(CorruptArtifactError, match=match):
+            table.lookup(H200, "bf16_bf16_bf16_kkn", 64, 1024, 1024, 1, {A, B})
+    bad = json.loads(json.dumps(compact))
+    bad["gpus"][H200.key]["classes"]["bf16_bf16_bf16_kkn"]["candidates"][1] = [B, "yes", None]
+    with pytest.raises(CorruptArtifactError, match="candidates are malformed"):
+        tuning.TuningTable.from_json(bad).summary()
+    bad["gpus"][H200.key]["classes"]["bf16_bf16_bf16_kkn"] = [[A, None, None, 5.0]]
+    with pytest.raises(CorruptArtifactError, match="no points list"):
+        tuning.TuningTable.from_json(bad, lazy=True)
 
 
 # --- lookup ---------------------------------------------------------------------------------------------

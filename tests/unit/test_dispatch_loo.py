@@ -4,14 +4,13 @@ table held to it (a cost-model or lookup change that picks worse on unseen colum
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from build_tools import dispatch_loo
 from runtime import model
 from runtime.spec import GemmSpec
-from runtime.tuning import PDL_SUFFIX, is_grouped_key, shipped_path
+from runtime.tuning import PDL_SUFFIX, is_grouped_key, read_document, shipped_path
 
 FLOOR = 0.955  # geomean per class on the shipped H200 table (2026-12-01: 0.961-0.980; 0.945 for bf16
 # before the cost model knew that 4-CTA clusters do not fill all 132 SMs)
@@ -26,7 +25,7 @@ ROW_FLOOR = 0.97
 
 
 def test_the_shipped_table_picks_well_on_columns_it_has_not_seen(capsys):
-    doc = json.loads(Path(shipped_path()).read_text())
+    doc = read_document(shipped_path())
     scores = dispatch_loo.report(doc, worst=0)
     grid = {c for c in doc["gpus"]["NVIDIA H200/132"]["classes"] if not is_grouped_key(c)}
     assert set(scores) == grid  # grouped classes (MoE layers) have no grid to leave a column of
@@ -36,7 +35,7 @@ def test_the_shipped_table_picks_well_on_columns_it_has_not_seen(capsys):
 
 
 def test_the_shipped_table_picks_well_between_rows_it_has_not_seen(capsys):
-    scores = dispatch_loo.report(json.loads(Path(shipped_path()).read_text()), worst=0, rows=True)
+    scores = dispatch_loo.report(read_document(shipped_path()), worst=0, rows=True)
     assert scores and all(g >= ROW_FLOOR for g in scores.values()), scores
     assert "geomean" in capsys.readouterr().out
 

@@ -52,15 +52,14 @@ def test_gathered_runs_file_their_instances_under_the_gathered_class():
 
 
 def test_merge_replaces_the_measured_classes_and_keeps_the_rest(tmp_path):
-    with open(tuning.shipped_path(), encoding="utf-8") as f:
-        table = json.load(f)
+    table = tuning.read_document(tuning.shipped_path())
     dense_before = json.dumps(table["gpus"]["NVIDIA H200/132"]["classes"]["bf16_bf16_bf16_kkn"])
     path = tmp_path / "tuning.json"
     path.write_text(json.dumps(table))
     runs = tmp_path / "run.json"
     runs.write_text(json.dumps(_run()))
     assert grouped_table.main([str(runs), "--table", str(path)]) == 0
-    doc = json.loads(path.read_text())
+    doc = tuning.read_document(path)
     classes = doc["gpus"]["NVIDIA H200/132"]["classes"]
     assert json.dumps(classes["bf16_bf16_bf16_kkn"]) == dense_before
     assert len(classes["bf16_bf16_bf16_kkn_varlenm"]) == 1  # the run's point replaced the class's points

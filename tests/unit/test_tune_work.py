@@ -12,7 +12,7 @@ from build_tools import tune
 from codegen.matrix import load_matrix
 from runtime.dispatch import ProblemClass
 from runtime.spec import GemmSpec
-from runtime.tuning import PDL_SUFFIX, is_grouped_key, kernels_digest, shipped_path
+from runtime.tuning import PDL_SUFFIX, is_grouped_key, kernels_digest, read_document, shipped_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def test_the_shipped_table_times_every_shipped_instance_of_a_class_at_its_rows_f
     shipped: dict[str, set[str]] = {}
     for name in load_matrix(REPO / "kernel_specs.yaml").expand("default").names():
         shipped.setdefault(ProblemClass.of(GemmSpec.parse(name)).key, set()).add(name)
-    table = json.loads(Path(shipped_path()).read_text())
+    table = read_document(shipped_path())
     lacking = [
         (gpu, key, p["m"], p["n"], p["k"], sorted(missing)[:2])
         for gpu, entry in table["gpus"].items()
@@ -195,7 +195,7 @@ def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(t
     monkeypatch.setattr(tune, "cubin_hashes", lambda hg: HASHES)
     assert tune.tune(tune.parse_args(["--out", str(out), "--dtype", "bf16", "--limit", "1"])) == 0
     assert timed == [{"new", "a", "b"}]
-    (point,) = [p for p in json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key] if p["m"] == shape.m]
+    (point,) = [p for p in read_document(out)["gpus"]["FAKE/1"]["classes"][key] if p["m"] == shape.m]
     assert [t[0] for t in point["times"]] == ["new", "a", "b", "c"]
     assert point["times"][3][3] == pytest.approx(15.4)  # c carried over on this run's scale
     # The old point did not say which cubins it was timed with, so c's carried time may be stale: the
@@ -216,11 +216,11 @@ def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(t
     monkeypatch.setattr(bench, "bench_shape", bench_all)
     assert tune.tune(tune.parse_args(stale_run)) == 0
     assert timed == [{"a", "b", "c", "new"}]
-    (point,) = json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key]
+    (point,) = read_document(out)["gpus"]["FAKE/1"]["classes"][key]
     assert point["kernels"] == kernels_digest(["a", "b", "c", "new"], HASHES)
     assert list(point) == ["m", "n", "k", "cublas_us", "finalists", "kernels", "times"]  # as Point.to_json
     assert tune.tune(tune.parse_args(stale_run)) == 0  # the point is fresh now: the grid's next one is timed
-    points = json.loads(out.read_text())["gpus"]["FAKE/1"]["classes"][key]
+    points = read_document(out)["gpus"]["FAKE/1"]["classes"][key]
     assert len(points) == 2 and point in points
 
 
