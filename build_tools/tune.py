@@ -49,7 +49,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_tools import bench
-from runtime.tuning import PDL_SUFFIX, kernels_digest, read_document, timed_with, write_document
+from runtime.tuning import (
+    FORMAT,
+    PDL_SUFFIX,
+    VERSION,
+    kernels_digest,
+    read_document,
+    timed_with,
+    write_document,
+)
 
 GRID_M = (
     1,
@@ -325,8 +333,8 @@ def tune(args) -> int:
     hg, env, stream = setup(torch)
     key = gpu_key(torch)
     doc = read_document(args.out) if args.out.exists() else {}
-    if doc.get("format") != "hgemm-sm90-tuning":
-        doc = {"format": "hgemm-sm90-tuning", "version": 1, "gpus": {}}
+    if doc.get("format") != FORMAT:
+        doc = {"format": FORMAT, "version": VERSION, "gpus": {}}
     doc["grid"] = {"m": list(GRID_M), "nk": [list(c) for c in GRID_NK], "max_tflop": MAX_TFLOP}
     entry = doc["gpus"].setdefault(key, {"measured": {}, "classes": {}})
     entry["measured"] = measured_entry(

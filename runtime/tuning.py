@@ -141,9 +141,7 @@ class Point:
         try:
             times = []
             for iid, raster, group, us in doc["times"]:
-                cand = candidates.get((iid, raster, group))
-                if cand is None:
-                    cand = candidates[iid, raster, group] = _candidate(iid, raster, group)
+                cand = _interned(candidates, iid, raster, group)
                 if not (us > 0):
                     raise ValueError("bad time entry")
                 times.append((cand, float(us)))
@@ -180,13 +178,17 @@ class Point:
         return cls(*dims, tuple(sorted(times, key=_us)), doc.get("cublas_us"), finalists, kernels)
 
 
-def _candidate(iid, raster, group) -> Candidate:
-    """A validated candidate of either form; ValueError if malformed."""
-    if not isinstance(iid, str) or raster not in (None, True, False):
-        raise ValueError("bad time entry")
-    if group is not None and (type(group) is not int or group < 1):
-        raise ValueError("bad group size")
-    return Candidate(iid, raster, group)
+def _interned(candidates: dict, iid, raster, group) -> Candidate:
+    """The one `Candidate` of the table (``candidates``: (id, raster, group) -> it) for these fields,
+    validated when first seen; ValueError (or TypeError) if malformed."""
+    cand = candidates.get((iid, raster, group))
+    if cand is None:
+        if not isinstance(iid, str) or raster not in (None, True, False):
+            raise ValueError("bad time entry")
+        if group is not None and (type(group) is not int or group < 1):
+            raise ValueError("bad group size")
+        cand = candidates[iid, raster, group] = Candidate(iid, raster, group)
+    return cand
 
 
 def _us(entry: tuple) -> float:
@@ -311,10 +313,7 @@ class TuningTable:
         out = []
         try:
             for iid, raster, group in raw["candidates"]:
-                cand = self._candidates.get((iid, raster, group))
-                if cand is None:
-                    cand = self._candidates[iid, raster, group] = _candidate(iid, raster, group)
-                out.append(cand)
+                out.append(_interned(self._candidates, iid, raster, group))
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(
                 f"tuning table class {gkey} {ckey}'s candidates are malformed ({e})"
