@@ -404,10 +404,11 @@ def tile_m(s: GemmSpec) -> str | None:
 def tile_n(s: GemmSpec) -> str | None:
     n = s.tile[1]
     # WGMMA takes N in steps of 8 up to 256; the epilogue stores whole 8-, 16- or 32-column sub-tiles
-    # (epilogue_tile). N = 24 (an 8-column epilogue under a 3-atom-wide accumulator) aborts the DSL's
-    # trace (nvidia-cutlass-dsl 4.8.1, measured 2026-11-30), so past 8 only multiples of 16 are built.
-    if not (n == 8 or (n % 16 == 0 and 16 <= n <= 256)):
-        return f"tile N {n}: must be 8 or a multiple of 16 in [16, 256]; use such an N"
+    # (epilogue_tile). Until 2026-12-03 odd multiples of 8 past 8 (24, 72, 88, ...) aborted the DSL's trace:
+    # its slice of a staged swizzled layout whose rows span an odd number of 8-row swizzle atoms aborts
+    # (nvidia-cutlass-dsl 4.8.1); the kernel slices under the swizzle instead (gemm_sm90.py `_one_stage`).
+    if not (n % 8 == 0 and 8 <= n <= 256):
+        return f"tile N {n}: must be a multiple of 8 in [8, 256]; use such an N"
     # Cooperative M = 192 splits its rows over three consumer warpgroups: a 512-thread CTA, which ptxas
     # compiles under a 128-register launch bound. One WGMMA of N >= 224 needs more than that in a single
     # instruction (measured: ptxas C7602 "Insufficient registers (128)" for N = 224 and 256; N = 160 and

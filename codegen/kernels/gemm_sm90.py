@@ -89,6 +89,15 @@ from .tile_scheduler import (
 KERNEL_WAITS_FOR_PREDECESSOR = True
 
 
+def _one_stage(staged):
+    """Stage 0 of a staged swizzled shared-memory layout (rows, k, stages).
+
+    Sliced on the layout under the swizzle and composed again: the DSL's own slice of the composed layout
+    aborts the process (nvidia-cutlass-dsl 4.8.1, no message) when the rows span an odd number of 8-row
+    swizzle atoms (tile N = 72, 88, 104, ...)."""
+    return cute.make_composed_layout(staged.inner, 0, cute.slice_(staged.outer, (None, None, 0)))
+
+
 def pin_registers(values: cute.Tensor) -> None:
     """Pass each register of `values` (an fp32 register tensor) through an empty volatile asm statement.
 
@@ -398,7 +407,7 @@ class HopperGemm(GroupedWalks):
             tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(),
                 mD,
-                cute.slice_(epi_smem_staged, (None, None, 0)),
+                _one_stage(epi_smem_staged),
                 self.epi_tile,
             )
         tma_atom_c, tma_tensor_c = None, None
@@ -406,7 +415,7 @@ class HopperGemm(GroupedWalks):
             tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileG2SOp(),
                 mC,
-                cute.slice_(c_smem_staged, (None, None, 0)),
+                _one_stage(c_smem_staged),
                 self.epi_tile,
             )
 
@@ -514,7 +523,7 @@ class HopperGemm(GroupedWalks):
         return cpasync.make_tiled_tma_atom(
             op,
             tensor,
-            cute.slice_(smem_staged, (None, None, 0)),
+            _one_stage(smem_staged),
             smem_tile,
             num_multicast=num_mcast,
         )
@@ -565,8 +574,8 @@ class HopperGemm(GroupedWalks):
         cta_rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster_coord_mnk = cta_layout_mnk.get_flat_coord(cta_rank_in_cluster)
 
-        a_smem = cute.slice_(a_smem_staged, (None, None, 0))
-        b_smem = cute.slice_(b_smem_staged, (None, None, 0))
+        a_smem = _one_stage(a_smem_staged)
+        b_smem = _one_stage(b_smem_staged)
         tma_copy_bytes = cute.size_in_bytes(self.a_dtype, a_smem) + cute.size_in_bytes(self.b_dtype, b_smem)
         # A stage is full when the TMA bytes landed and every arrival was counted: one arrival of the TMA
         # thread, plus (gathered A) one per producer thread, when its cp.async copies of the stage land.
@@ -1450,7 +1459,7 @@ class HopperGemm(GroupedWalks):
         )
         c_subtile_bytes = 0
         if cutlass.const_expr(has_c):
-            c_subtile_bytes = cute.size_in_bytes(self.c_dtype, cute.slice_(sC, (None, None, 0)))
+            c_subtile_bytes = cute.size(self.epi_tile) * self.c_dtype.width // 8  # one stage of sC
         tiles_per_tile = (
             cute.size(cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1])
             // self.epi_buffer_sets

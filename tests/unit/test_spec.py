@@ -308,7 +308,7 @@ FAILING = {
     "c_dtype": ({"c_dtype": "e4m3", "c_major": "n"}, "8-bit C operands are not supported"),
     "fast_accum": ({"fp8_fast_accum": True}, "fast accumulation is an fp8 option"),
     "tile_m": ({"tile": [96, 128]}, "must be 64, 128, 192, 256, 320 for the cooperative schedule"),
-    "tile_n": ({"tile": [128, 24]}, "must be 8 or a multiple of 16 in [16, 256]"),
+    "tile_n": ({"tile": [128, 264]}, "must be a multiple of 8 in [8, 256]"),
     "tile_k": ({"tile": [128, 128, 48]}, "2, 4 or 8 MMA k-steps of 16 for bf16 inputs, i.e. 32, 64, 128"),
     "acc_registers": ({"tile": [256, 256]}, "256 registers of fp32 values per consumer thread"),
     "cluster_dims": ({"cluster": [3, 1]}, "must be 1, 2 or 4"),
@@ -468,6 +468,18 @@ def test_tile_m_per_schedule(sched, m, ok):
     assert (validity.tile_m(s) is None) == ok
     if sched == "pingpong" and not ok:
         assert "must be 64, 128, 192 for the pingpong schedule" in validity.tile_m(s)
+
+
+@pytest.mark.parametrize(
+    ("n", "epilogue_cols"), [(8, 8), (24, 8), (72, 8), (88, 8), (136, 8), (200, 8), (96, 32)]
+)
+def test_tile_n_takes_multiples_of_8_and_stores_them_in_8_column_sub_tiles(n, epilogue_cols):
+    # Odd multiples of 8 past 8 build since the kernel slices staged layouts under the swizzle
+    # (codegen/kernels/gemm_sm90.py `_one_stage`); their epilogue stores 8-column sub-tiles.
+    assert validity.tile_n(spec(tile=[128, n])) is None
+    assert epilogue_tile(spec(tile=[128, n])) == (128, epilogue_cols)
+    for bad in (n + 4, 260):
+        assert validity.tile_n(spec(tile=[128, bad])).startswith(f"tile N {bad}: must be a multiple of 8")
 
 
 @pytest.mark.parametrize(
@@ -702,5 +714,5 @@ def test_swap_ab_rules_judge_the_kernel_spec():
     # A K-major-only fp8 rule sees the kernel's operands: the caller's n-major B is the kernel's m-major A.
     bad = spec(**{**FP8, **SWAP}, b_major="n")
     assert "fp8 WGMMA reads K-major A and B only" in why_unsupported(bad)
-    assert why_unsupported(spec(**{**SWAP, "tile": [64, 24]})).startswith("tile N 24")
+    assert why_unsupported(spec(**{**SWAP, "tile": [64, 20]})).startswith("tile N 20")
     assert epilogue_tile(spec(**SWAP)) == (64, 8) and epilogue_tile(spec(tile=[64, 48])) == (64, 16)
