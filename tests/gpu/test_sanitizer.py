@@ -81,9 +81,10 @@ SHAPES = dict.fromkeys(TOOLS, SHAPE)  # per tool, should one tool need a smaller
 # which covers "in a cluster" too), session 22's swap-AB 192/256-row and fp16/fp8 stream-K families (42),
 # session 23's 64-row tiles of N 96-192 (47; their fp16 and e4m3 twins of session 24 added none). Session
 # 24's tier ran the four tools over the 47 (12270 passed). Session 32's swap-AB fit tiles add four kernel
-# tiles (128 x 240, 192 x 80 / 160 / 192): 51, all four tools clean, the GPU tier 205 s against 193. A cover
-# past this would blow the time budget: rethink the rule.
-MAX_INSTANCES = 51
+# tiles (128 x 240, 192 x 80 / 160 / 192): 51, all four tools clean, the GPU tier 205 s against 193. Session
+# 34's tiles of N in odd multiples of 8 (swap_fit8, pingpong_fit8) add eight kernel tiles: 59. A cover past
+# this would blow the time budget: rethink the rule.
+MAX_INSTANCES = 59
 SANITIZER_EXIT = 99
 TIMEOUT_S = float(os.environ.get("HGEMM_SANITIZER_TIMEOUT_S", "300"))
 
