@@ -90,12 +90,13 @@ KERNEL_WAITS_FOR_PREDECESSOR = True
 
 
 def _one_stage(staged):
-    """Stage 0 of a staged swizzled shared-memory layout (rows, k, stages).
+    """Stage 0 of a staged swizzled shared-memory layout (an A/B ring's (rows, k, stages), an epilogue's
+    (rows, cols, stages)): what a TMA atom's box and a stage's byte count are made from.
 
     Sliced on the layout under the swizzle and composed again: the DSL's own slice of the composed layout
     aborts the process (nvidia-cutlass-dsl 4.8.1, no message) when the rows span an odd number of 8-row
-    swizzle atoms (tile N = 72, 88, 104, ...)."""
-    return cute.make_composed_layout(staged.inner, 0, cute.slice_(staged.outer, (None, None, 0)))
+    swizzle atoms (tile N = 24, 72, 88, ...)."""
+    return cute.make_composed_layout(staged.inner, staged.offset, cute.slice_(staged.outer, (None, None, 0)))
 
 
 def pin_registers(values: cute.Tensor) -> None:
