@@ -1460,7 +1460,7 @@ class HopperGemm(GroupedWalks):
         )
         c_subtile_bytes = 0
         if cutlass.const_expr(has_c):
-            c_subtile_bytes = cute.size(self.epi_tile) * self.c_dtype.width // 8  # one stage of sC
+            c_subtile_bytes = cute.size_in_bytes(self.c_dtype, cute.slice_(sC, (None, None, 0)))
         tiles_per_tile = (
             cute.size(cute.zipped_divide(gD_mnl[(None, None, 0, 0, 0)], self.epi_tile), mode=[1])
             // self.epi_buffer_sets

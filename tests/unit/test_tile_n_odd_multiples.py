@@ -38,6 +38,8 @@ print("cubin bytes", len(compiled.cubin))
         "sm90_bf16_bf16_bf16_fp32acc_kkn_128x88x64_c1x2_coop",
         # Swap-AB: the activation's 72 rows in the ring, D^T's sub-tiles of a 192-row tile (three warpgroups).
         "sm90_e4m3_e4m3_bf16_fp32acc_kkn_192x72x128_c1x1_coop_fastacc_swapab",
+        # The epilogue's C stages too (the caller's n-major C is the kernel's m-major one, like D^T).
+        "sm90_bf16_bf16_bf16_fp32acc_kkn_192x72x64_c1x1_coop_cbf16n_swapab",
     ],
 )
 def test_odd_multiple_of_8_tile_n_compiles(instance_id):
