@@ -82,9 +82,10 @@ SHAPES = dict.fromkeys(TOOLS, SHAPE)  # per tool, should one tool need a smaller
 # session 23's 64-row tiles of N 96-192 (47; their fp16 and e4m3 twins of session 24 added none). Session
 # 24's tier ran the four tools over the 47 (12270 passed). Session 32's swap-AB fit tiles add four kernel
 # tiles (128 x 240, 192 x 80 / 160 / 192): 51, all four tools clean, the GPU tier 205 s against 193. Session
-# 34's tiles of N in odd multiples of 8 (swap_fit8, pingpong_fit8) add eight kernel tiles: 59. A cover past
-# this would blow the time budget: rethink the rule.
-MAX_INSTANCES = 59
+# 34's tiles of N in odd multiples of 8 (swap_fit8, pingpong_fit8) add eight kernel tiles: 59 (their fp16
+# twins of session 35 none); session 35's e4m3 promoted 128 x 192 one: 60. A cover past this would blow the
+# time budget: rethink the rule.
+MAX_INSTANCES = 60
 SANITIZER_EXIT = 99
 TIMEOUT_S = float(os.environ.get("HGEMM_SANITIZER_TIMEOUT_S", "300"))
 
