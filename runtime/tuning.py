@@ -40,10 +40,12 @@ query takes the column nearest in (log N, log K) and brackets its M (times batch
 that many more tiles) between two grid points (outside the column's M range: the nearest end point).
 Each candidate's time at a bracketing point is carried to the query by the cost model's ratio between
 the two problems (runtime/model.py: so a query whose N or M gives a tile a ragged last wave sees that),
-and the two are interpolated linearly in log time over log M. The fastest estimate wins. Instances
-that this installation does not ship are skipped, so a table from a larger build works with a smaller
-one. Measured by leave-one-out on the H200 table (docs/DISPATCH.md), the model's scaling picks better
-than plain interpolation.
+and the two are interpolated linearly in log time over log M. The fastest estimate wins, among the
+candidates that the bracket's heaviest point (the nearest row of the nearest column) timed: one that
+only a farther point timed (added to the matrix after the nearer row was measured) is carried too far by
+the model to compete (`nearest_timed`). Instances that this installation does not ship are skipped, so
+a table from a larger build works with a smaller one. Measured by leave-one-out on the H200 table
+(docs/DISPATCH.md), the model's scaling picks better than plain interpolation.
 
 Grouped classes (keys with ``_varlenm``, gathered A or not: `is_grouped_key`): a point is a whole
 mixture-of-experts layer timed by `python -m build_tools.bench_moe` (one launch over all its groups, every
@@ -450,7 +452,7 @@ class TuningTable:
             weight = 1.0 / (dist[nk] + 1e-3)
             bracket += [(p, weight * w) for p, w in points]
             wheres.append(f"column N={nk[0]} K={nk[1]} {where}")
-        est = estimate(bracket, (m, n, k, batch), gpu.sm_count, allowed)
+        est = estimate(bracket, (m, n, k, batch), gpu.sm_count, nearest_timed(bracket, allowed))
         if not est:
             return None
         cand, us = min(est.items(), key=lambda item: (item[1], item[0]))
@@ -472,6 +474,21 @@ def _m_bracket(col: list[Point], mq: int) -> tuple[list[tuple[Point, float]], st
     p0, p1 = col[hi - 1], col[hi]
     w = (math.log(mq) - math.log(p0.m)) / (math.log(p1.m) - math.log(p0.m))
     return [(p0, 1.0 - w), (p1, w)], f"M={p0.m}..{p1.m}"
+
+
+def nearest_timed(bracket: list[tuple[Point, float]], allowed) -> set:
+    """The ids of ``allowed`` that the bracket's heaviest point timed, or all of ``allowed`` if it timed
+    none of them. An instance added to the matrix after a row was measured has no time at that row; at a
+    query nearer to it than to the next row its estimate would come from the farther row alone, carried
+    over a wave count or cluster residency that changes in between, and such estimates picked the 64-row
+    multicast tiles (never timed below M = 32) at M = 17-22, where they ran at 0.88-0.96 of the swap-AB
+    tiles that the M = 16 row timed (docs/DISPATCH.md, session 35)."""
+    heaviest = max(bracket, key=_weight)[0]
+    return {c.instance_id for c, _ in heaviest.times if c.instance_id in allowed} or allowed
+
+
+def _weight(entry: tuple) -> float:
+    return entry[1]
 
 
 def estimate(bracket: list[tuple[Point, float]], problem: tuple, sm_count: int, allowed) -> dict:

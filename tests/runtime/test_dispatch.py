@@ -274,6 +274,20 @@ def test_an_instance_a_bracketing_point_did_not_time_is_estimated_from_the_point
     assert t.lookup(H200, "bf16_bf16_bf16_kkn", 48, 4096, 4096, 1, {A, B}).instance_id == A
 
 
+def test_an_instance_the_nearest_row_did_not_time_is_no_candidate():
+    """B has a time only at M = 96. At M = 70, nearer the M = 64 row (which did not time it), B's estimate
+    would rest on the farther row alone: it is no candidate there, though carried from M = 96 it looks
+    faster than A. Nearer M = 96 it is (previous test); and with only B allowed, B is still picked."""
+    col = [_point(64, 4096, 4096, **{A: 20.0}), _point(96, 4096, 4096, **{A: 30.0, B: 18.0})]
+    t = _table(col)
+    bracket, _ = tuning._m_bracket(col, 70)
+    carried = tuning.estimate(bracket, (70, 4096, 4096, 1), 132, {A, B})
+    assert carried[tuning.Candidate(B)] < carried[tuning.Candidate(A)]  # what the rule keeps from winning
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 70, 4096, 4096, 1, {A, B}).instance_id == A
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 90, 4096, 4096, 1, {A, B}).instance_id == B
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 70, 4096, 4096, 1, {B}).instance_id == B
+
+
 def test_lookup_skips_instances_this_installation_lacks():
     t = _table([_point(256, 4096, 4096, **{A: 30.0, B: 40.0})])
     assert t.lookup(H200, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {B}).instance_id == B
