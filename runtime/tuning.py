@@ -483,12 +483,8 @@ def nearest_timed(bracket: list[tuple[Point, float]], allowed) -> set:
     over a wave count or cluster residency that changes in between, and such estimates picked the 64-row
     multicast tiles (never timed below M = 32) at M = 17-22, where they ran at 0.88-0.96 of the swap-AB
     tiles that the M = 16 row timed (docs/DISPATCH.md, session 35)."""
-    heaviest = max(bracket, key=_weight)[0]
+    heaviest = max(bracket, key=lambda entry: entry[1])[0]
     return {c.instance_id for c, _ in heaviest.times if c.instance_id in allowed} or allowed
-
-
-def _weight(entry: tuple) -> float:
-    return entry[1]
 
 
 def estimate(bracket: list[tuple[Point, float]], problem: tuple, sm_count: int, allowed) -> dict:
