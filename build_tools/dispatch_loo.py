@@ -24,17 +24,18 @@ was measured.
 
 With --held-out FILE..., the judge is measured shapes off the grid instead: every (class, shape) of an
 evaluate JSON (`python -m build_tools.tune evaluate --json`, whose verdicts record every instance's time
-since session 20) or of a bench JSON (`python -m build_tools.bench --json`, every instance timed with
---top), looked up in the table's rows for the GPU it was measured on and scored among the instances
-timed there. So a change to the
-lookup or the model is judged on past GPU draws, picks that the draw's own run did not make included,
-before a GPU confirms it.
+since session 20; plain or `.gz`, as the repository keeps its draws in docs/evals/) or of a bench JSON
+(`python -m build_tools.bench --json`, every instance timed with --top), looked up in the table's rows
+for the GPU it was measured on and scored among the instances timed there. So a change to the lookup or
+the model is judged on past GPU draws, picks that the draw's own run did not make included, before a GPU
+confirms it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import math
 import sys
@@ -190,12 +191,19 @@ def held_out_scores(
     return out
 
 
+def read_json(path: Path) -> dict:
+    """An evaluate or bench JSON, plain or gzip-compressed (``*.gz``: how the repository keeps past draws,
+    docs/evals/)."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
 def report_held_out(
     doc: dict, files: list[Path], worst: int = 3, model_only: bool = False
 ) -> dict[str, float]:
     """Print one line per GPU and class over the cases of `files` (and the `worst` of each); {"GPU
     class": geomean}. model_only: score the cost model's picks instead of the table's."""
-    cases = [c for f in files for c in held_out_cases(json.loads(f.read_text()))]
+    cases = [c for f in files for c in held_out_cases(read_json(f))]
     scored = held_out_scores(doc, cases, model_only)
     groups: dict[str, list[PointScore]] = {}
     for c, s in scored:
