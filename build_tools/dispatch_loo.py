@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -191,19 +189,12 @@ def held_out_scores(
     return out
 
 
-def read_json(path: Path) -> dict:
-    """An evaluate or bench JSON, plain or gzip-compressed (``*.gz``: how the repository keeps past draws,
-    docs/evals/)."""
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
-
-
 def report_held_out(
     doc: dict, files: list[Path], worst: int = 3, model_only: bool = False
 ) -> dict[str, float]:
     """Print one line per GPU and class over the cases of `files` (and the `worst` of each); {"GPU
     class": geomean}. model_only: score the cost model's picks instead of the table's."""
-    cases = [c for f in files for c in held_out_cases(read_json(f))]
+    cases = [c for f in files for c in held_out_cases(tune.read_json(f))]
     scored = held_out_scores(doc, cases, model_only)
     groups: dict[str, list[PointScore]] = {}
     for c, s in scored:

@@ -18,14 +18,13 @@ docs/PERF.md compares it with the fastest rate our own kernels reached.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 from functools import partial
 from pathlib import Path
 
-from build_tools.tune import geomean
+from build_tools.tune import geomean, read_json
 
 DATASHEET_TBPS = 4.8  # H200 SXM HBM3e
 
@@ -96,7 +95,7 @@ def measure(mibs: list[int], rounds: int = 9, iters: int = 20) -> dict[int, floa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m build_tools.hbm_ceiling", description=__doc__.split("\n")[0])
-    p.add_argument("eval_json", nargs="?", type=Path, help="a `tune evaluate --json` file")
+    p.add_argument("eval_json", nargs="?", type=Path, help="a `tune evaluate --json` file (plain or .gz)")
     p.add_argument("--read-tbps", type=float, nargs="+", default=[DATASHEET_TBPS])
     p.add_argument("--fixed-us", type=float, nargs="+", default=[0.0])
     p.add_argument("--measure", action="store_true", help="time torch's streaming reads on this GPU")
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval_json is None:
         p.error("give an evaluate JSON, or --measure")
     try:
-        verdicts = json.loads(args.eval_json.read_text(encoding="utf-8"))["verdicts"]
+        verdicts = read_json(args.eval_json)["verdicts"]
     except (OSError, ValueError, KeyError) as e:
         print(f"hbm_ceiling: cannot read verdicts from {args.eval_json}: {e}", file=sys.stderr)
         return 2

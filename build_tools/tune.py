@@ -37,6 +37,7 @@ cost of one `gemm()` call against `torch.matmul` and of a cached `select()`.
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib
 import json
 import math
@@ -451,6 +452,13 @@ class Verdict:
     def tbps(self) -> float:
         """Effective bandwidth of gemm(): A, B and D bytes over its time, TB/s."""
         return self.bytes / (self.gemm_us * 1e-6) / 1e12
+
+
+def read_json(path: Path) -> dict:
+    """A result file of `evaluate --json` (or `bench --json`), plain or gzip-compressed (``*.gz``: how the
+    repository keeps past draws, docs/evals/). Raises OSError or ValueError on an unreadable file."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
 
 
 def geomean(xs) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import dispatch_loo
+from build_tools import dispatch_loo, tune
 from runtime import model
 from runtime.spec import GemmSpec
 from runtime.tuning import PDL_SUFFIX, is_grouped_key, read_document, shipped_path
@@ -61,7 +61,7 @@ def test_a_gzip_compressed_draw_reads_as_its_json(tmp_path):
     plain, packed = tmp_path / "e.json", tmp_path / "e.json.gz"
     plain.write_text(json.dumps(doc))
     packed.write_bytes(gzip.compress(plain.read_bytes()))
-    assert dispatch_loo.read_json(packed) == dispatch_loo.read_json(plain) == doc
+    assert tune.read_json(packed) == tune.read_json(plain) == doc
 
 
 def _point(m, n, k, times):
