@@ -86,7 +86,7 @@ SHAPES = dict.fromkeys(TOOLS, SHAPE)  # per tool, should one tool need a smaller
 # twins of session 35 none); session 35's e4m3 promoted 128 x 192 one: 60. A cover past this would blow the
 # time budget: rethink the rule. Session 38's swap-AB ping-pong tiles (swap_pingpong16 / _fp8: 128 x 104-192
 # run ping-pong, a schedule swap-AB had not used) add eight representatives: 68 (all four tools
-# clean over the 68 in session 37's trial, H200, 2026-12-03).
+# clean over the 68 in session 37's trial and in session 38's GPU tier, H200, 2026-12-03 / 12-04).
 MAX_INSTANCES = 68
 SANITIZER_EXIT = 99
 TIMEOUT_S = float(os.environ.get("HGEMM_SANITIZER_TIMEOUT_S", "300"))
