@@ -1,5 +1,5 @@
 """`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows | --model-only]
-[--held-out FILE ...] [--set NAME=VALUE]`:
+[--held-out FILE ...] [--set NAME=VALUE] [--changes]`:
 how well dispatch's lookup predicts the fastest instance on (N, K) columns (or M rows) it has not seen,
 judged on a measured tuning table. No GPU.
 
@@ -16,6 +16,10 @@ offline judge for changes to the lookup or the cost model (docs/DISPATCH.md); th
 `python -m build_tools.tune evaluate` on held-out shapes. `--set NAME=VALUE` scores with one of
 runtime/model.py's constants changed (how its fitted constants were chosen, e.g. `--rows --set
 L2_BYTES_PER_S=9e12`); the last line is the geomean of the class geomeans, the figure such a fit compares.
+
+With --held-out, --set and --changes, the report is instead the held-out picks that the new constants
+change, each scored with the constants as they are and as set, and how many got better and worse: a
+geomean moved by a few ten-thousandths can hide as many picks lost as gained.
 
 With --model-only, the picks are runtime/model.py's alone (`model.best` over the instances a point or
 shape timed, on the GPU's SM count), what `select()` falls back to on a GPU or class the table lacks;
@@ -211,6 +215,42 @@ def report_held_out(
     return out
 
 
+def held_out_changes(
+    doc: dict, cases: list[HeldOutCase], overrides: list[tuple[str, float]], model_only: bool = False
+) -> list[tuple[HeldOutCase, PointScore, PointScore]]:
+    """The cases whose pick the model constants `overrides` change: (case, its score with the constants as
+    they are, its score with the overrides), in the order of `cases`. What a fitted constant's new value
+    does, pick by pick: a change of the geomean by +0.0002 can be 14 picks gained and 18 lost
+    (docs/DISPATCH.md, session 39)."""
+    before = held_out_scores(doc, cases, model_only)
+    with model_constants(overrides):
+        after = held_out_scores(doc, cases, model_only)
+    return [(c, b, a) for (c, b), (_, a) in zip(before, after, strict=True) if a.picked != b.picked]
+
+
+def report_changes(doc: dict, files: list[Path], overrides: list[tuple[str, float]], model_only: bool) -> int:
+    """Print the held-out picks of `files` that `overrides` change and a summary; the number changed."""
+    cases = [c for f in files for c in held_out_cases(tune.read_json(f))]
+    changed = held_out_changes(doc, cases, overrides, model_only)
+    for c, b, a in changed:
+        print(
+            f"{c.gpu} {c.cls}{PDL_SUFFIX if c.pdl else ''} {c.m}x{c.n}x{c.k}: {b.score:.3f} -> {a.score:.3f} "
+            f"({b.picked} -> {a.picked})"
+        )
+    better = sum(a.score > b.score for _, b, a in changed)
+    worse = sum(a.score < b.score for _, b, a in changed)
+    setting = ", ".join(f"{name}={value:g}" for name, value in overrides)
+    print(f"{setting}: {len(changed)} of {len(cases)} picks change, {better} better, {worse} worse", end="")
+    if changed:
+        print(
+            f"; over the changed picks {geomean(b.score for _, b, _ in changed):.3f} -> "
+            f"{geomean(a.score for _, _, a in changed):.3f}",
+            end="",
+        )
+    print()
+    return len(changed)
+
+
 def geomean(xs) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
@@ -297,8 +337,19 @@ def main(argv: list[str] | None = None) -> int:
         help="score with a runtime/model.py constant changed (repeatable), e.g. L2_BYTES_PER_S=9e12: how "
         "the model's fitted constants were chosen",
     )
+    ap.add_argument(
+        "--changes",
+        action="store_true",
+        help="with --held-out and --set: list the picks the changed constants change, each scored both ways, "
+        "and how many got better and worse",
+    )
     args = ap.parse_args(argv)
+    if args.changes and not (args.held_out and args.overrides):
+        ap.error("--changes needs --held-out FILE... and at least one --set NAME=VALUE")
     doc = read_document(args.table)
+    if args.changes:
+        report_changes(doc, args.held_out, args.overrides, args.model_only)
+        return 0
     with model_constants(args.overrides):
         if args.held_out:
             scores = report_held_out(doc, args.held_out, args.worst, args.model_only)

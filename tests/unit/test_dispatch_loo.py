@@ -59,6 +59,31 @@ def test_the_shipped_table_picks_well_on_the_stored_held_out_draws(capsys):
     assert "held-out shapes" in capsys.readouterr().out
 
 
+def test_changes_lists_the_held_out_picks_a_constant_changes_scored_both_ways(capsys):
+    """`--held-out ... --set NAME=VALUE --changes`: each listed case is one whose pick differs between the
+    model as it is and as set, with the score `held_out_scores` gives it under each; a value equal to the
+    current one changes nothing; the constant is restored."""
+    doc = read_document(shipped_path())
+    cases = [c for f in HELD_OUT_DRAWS for c in dispatch_loo.held_out_cases(tune.read_json(f))]
+    before = model.L2_BYTES_PER_S
+    changed = dispatch_loo.held_out_changes(doc, cases, [("L2_BYTES_PER_S", 1e30)])
+    assert changed and before == model.L2_BYTES_PER_S  # restored
+    with dispatch_loo.model_constants([("L2_BYTES_PER_S", 1e30)]):
+        after = dict(zip(map(id, cases), dispatch_loo.held_out_scores(doc, cases), strict=True))
+    now = dict(zip(map(id, cases), dispatch_loo.held_out_scores(doc, cases), strict=True))
+    for case, b, a in changed:
+        assert a.picked != b.picked and (b, a) == (now[id(case)][1], after[id(case)][1])
+    assert len(changed) == sum(now[i][1].picked != after[i][1].picked for i in now)
+    assert dispatch_loo.held_out_changes(doc, cases, [("L2_BYTES_PER_S", before)]) == []
+
+    files = [str(f) for f in HELD_OUT_DRAWS[:2]]
+    assert dispatch_loo.main(["--held-out", *files, "--set", "L2_BYTES_PER_S=1e30", "--changes"]) == 0
+    assert "L2_BYTES_PER_S=1e+30: " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        dispatch_loo.main(["--held-out", *files, "--changes"])  # nothing set: nothing to compare
+    assert exit_info.value.code == 2 and "--changes" in capsys.readouterr().err
+
+
 def test_a_gzip_compressed_draw_reads_as_its_json(tmp_path):
     doc = {"env": {"gpu": "G", "sms": 132}, "pdl": False, "verdicts": []}
     plain, packed = tmp_path / "e.json", tmp_path / "e.json.gz"
