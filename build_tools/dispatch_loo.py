@@ -171,6 +171,11 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
     return cases
 
 
+def held_out_cases_of(files: list[Path]) -> list[HeldOutCase]:
+    """The `held_out_cases` of each file (evaluate or bench JSON, plain or `.gz`), in order."""
+    return [c for f in files for c in held_out_cases(tune.read_json(f))]
+
+
 def held_out_scores(
     doc: dict, cases: list[HeldOutCase], model_only: bool = False
 ) -> list[tuple[HeldOutCase, PointScore]]:
@@ -198,7 +203,7 @@ def report_held_out(
 ) -> dict[str, float]:
     """Print one line per GPU and class over the cases of `files` (and the `worst` of each); {"GPU
     class": geomean}. model_only: score the cost model's picks instead of the table's."""
-    cases = [c for f in files for c in held_out_cases(tune.read_json(f))]
+    cases = held_out_cases_of(files)
     scored = held_out_scores(doc, cases, model_only)
     groups: dict[str, list[PointScore]] = {}
     for c, s in scored:
@@ -230,7 +235,7 @@ def held_out_changes(
 
 def report_changes(doc: dict, files: list[Path], overrides: list[tuple[str, float]], model_only: bool) -> int:
     """Print the held-out picks of `files` that `overrides` change and a summary; the number changed."""
-    cases = [c for f in files for c in held_out_cases(tune.read_json(f))]
+    cases = held_out_cases_of(files)
     changed = held_out_changes(doc, cases, overrides, model_only)
     for c, b, a in changed:
         print(
