@@ -1,6 +1,6 @@
 """`python -m build_tools.l2_probe`: how the L2 serves one GEMM launch, ours against cuBLAS's (ncu).
 
-Why this exists: on cuBLAS's own tile, cluster and grid our kernels run 3-16% slower at M of a few hundred
+Why this exists: on cuBLAS's own tile, cluster and grid our kernels run 3-19% slower at M of a few hundred
 to a few thousand rows, with the same bytes read from DRAM and delivered into the SMs; what differs is how
 many of the SMs' identical L2 read requests the L2 request coalescer merges (docs/PERF.md session 40,
 docs/KERNEL.md). This tool measures that for any shipped instance, shape and tile walk next to cuBLAS, so a
