@@ -605,6 +605,23 @@ def gemm_runners(hg, sets: list, combo: Combo, stream, pdl: bool = False) -> lis
     ]
 
 
+def instance_calls(torch, hg, inst, sets: list, size: dict, stream: int, **options) -> tuple[list, object]:
+    """One zero-argument `hg.launch` of instance ``inst`` per buffer set (A, B, D, and C with beta 1 where
+    the instance reads C), with launch ``options`` (a PDL mode, a walk), and the zeroed split-K / stream-K
+    workspace they share (None if the problem needs none): a runner's launches run in order on one
+    stream, so one workspace serves them all. The caller keeps the workspace alive as long as the calls."""
+    ws_bytes = hg.workspace_bytes(inst.id, **size)
+    workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
+    calls = []
+    for a, b, d, c in sets:
+        extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
+        if workspace is not None:
+            extra["workspace"] = workspace.data_ptr()
+        ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr())
+        calls.append(partial(hg.launch, inst.id, ptrs, stream, **size, **extra, **options))
+    return calls, workspace
+
+
 def bench_shape(
     torch,
     hg,
@@ -635,25 +652,9 @@ def bench_shape(
     # With args.pdl every instance launches as gemm(pdl=True, b_ready=True) does: in a PDL chain.
     modes = {"pdl": True, "b_ready": True} if args.pdl else {}
     for inst in cands:
-        calls = []
-        # Split-K instances: one zeroed workspace serves all of a runner's launches (one stream, in order).
-        ws_bytes = hg.workspace_bytes(inst.id, **size)
-        workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
-        for a, b, d, c in sets[Layout.of(inst)]:
-            extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
-            if workspace is not None:
-                extra["workspace"] = workspace.data_ptr()
-            calls.append(
-                partial(
-                    hg.launch,
-                    inst.id,
-                    (a.data_ptr(), b.data_ptr(), d.data_ptr()),
-                    stream.cuda_stream,
-                    **size,
-                    **extra,
-                    **modes,
-                )
-            )
+        calls, workspace = instance_calls(
+            torch, hg, inst, sets[Layout.of(inst)], size, stream.cuda_stream, **modes
+        )
         fast = bool(getattr(inst, "fp8_fast_accum", False))
         runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls, keep=workspace))
     if dispatch:

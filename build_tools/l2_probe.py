@@ -51,16 +51,16 @@ NCU_FALLBACK = "/usr/local/cuda/bin/ncu"
 
 @dataclass(frozen=True)
 class Case:
-    """One profiled launch: our instance under a walk (None: the launch's default), or cuBLAS."""
+    """One profiled launch: the probed instance under a walk (None: the launch's default), or cuBLAS."""
 
     label: str
-    instance: str | None  # None: cuBLAS
+    cublas: bool = False
     walk: tuple[int, int] | None = None
 
     def child_args(self, shape: str, instance: str) -> list[str]:
-        """The child's command-line arguments (its instance is the probe's, for the dtypes)."""
+        """The child's command-line arguments (cuBLAS's case names the instance too: its dtypes)."""
         args = ["--child", "--shape", shape, "--instance", instance]
-        if self.instance is None:
+        if self.cublas:
             args.append("--cublas")
         if self.walk is not None:
             args += ["--walk", f"{self.walk[0]},{self.walk[1]}"]
@@ -78,12 +78,12 @@ def parse_walk(text: str) -> tuple[int, int]:
     return raster, group
 
 
-def cases(instance: str, walks: list[tuple[int, int]], cublas: bool) -> list[Case]:
+def cases(walks: list[tuple[int, int]], cublas: bool) -> list[Case]:
     """The default walk first, then each --walk, then cuBLAS."""
-    out = [Case("ours, default walk", instance)]
-    out += [Case(f"ours, walk {r},{g}", instance, (r, g)) for r, g in walks]
+    out = [Case("ours, default walk")]
+    out += [Case(f"ours, walk {r},{g}", walk=(r, g)) for r, g in walks]
     if cublas:
-        out.append(Case("cuBLAS", None))
+        out.append(Case("cuBLAS", cublas=True))
     return out
 
 
@@ -182,8 +182,6 @@ def find_ncu(given: str | None) -> str | None:
 
 def child(args: argparse.Namespace) -> int:
     """In the profiled process: warm up, then one launch between cudaProfilerStart and Stop."""
-    from functools import partial
-
     import torch
 
     import hgemm_sm90 as hg
@@ -208,17 +206,10 @@ def child(args: argparse.Namespace) -> int:
             return 2
     else:
         size = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch}
-        extra = {"c": c.data_ptr(), "beta": 1.0} if c is not None else {}
-        if args.walk is not None:
-            extra.update(raster_along_m=args.walk[0], group_size=args.walk[1])
-        ws_bytes = hg.workspace_bytes(inst.id, **size)
-        workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device="cuda") if ws_bytes else None
-        if workspace is not None:
-            extra["workspace"] = workspace.data_ptr()
+        walk = {} if args.walk is None else {"raster_along_m": args.walk[0], "group_size": args.walk[1]}
         stream = torch.cuda.current_stream().cuda_stream
-        call = partial(
-            hg.launch, inst.id, (a.data_ptr(), b.data_ptr(), d.data_ptr()), stream, **size, **extra
-        )
+        # `workspace` (split-K / stream-K) must outlive the launches: it stays bound until the child returns.
+        (call,), workspace = bench.instance_calls(torch, hg, inst, [(a, b, d, c)], size, stream, **walk)
     for _ in range(WARM_LAUNCHES):
         call()
     torch.cuda.synchronize()
@@ -257,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print("l2_probe: ncu not found; put Nsight Compute on the PATH or pass --ncu", file=sys.stderr)
         return 2
     rows = []
-    for case in cases(args.instance, args.walk, args.cublas_row):
+    for case in cases(args.walk, args.cublas_row):
         run = subprocess.run(
             ncu_command(ncu, case, args.shape, args.instance), capture_output=True, text=True
         )

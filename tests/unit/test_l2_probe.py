@@ -51,7 +51,7 @@ def test_walks_parse_and_reject():
 
 
 def test_cases_and_their_ncu_commands():
-    cs = l2_probe.cases(ID, [(1, 3)], cublas=True)
+    cs = l2_probe.cases([(1, 3)], cublas=True)
     assert [c.label for c in cs] == ["ours, default walk", "ours, walk 1,3", "cuBLAS"]
     cmd = l2_probe.ncu_command("ncu", cs[1], "1255x1664x6528", ID)
     assert cmd[:4] == ["ncu", "--profile-from-start", "off", "--clock-control"]
@@ -67,7 +67,7 @@ def test_cases_and_their_ncu_commands():
     ]
     cub = l2_probe.ncu_command("ncu", cs[2], "1255x1664x6528", ID)
     assert "--cublas" in cub and "--walk" not in cub
-    assert l2_probe.cases(ID, [], cublas=False) == [l2_probe.Case("ours, default walk", ID)]
+    assert l2_probe.cases([], cublas=False) == [l2_probe.Case("ours, default walk")]
 
 
 def test_parse_and_summarize_two_kernels():
@@ -87,7 +87,7 @@ def test_unavailable_metric_is_missing_not_zero():
         l2_probe.parse_ncu_csv(ncu_csv({"0": full(**{l2_probe.METRICS["hardware"]: "n/a"})}))
     )
     assert row["hardware"] is None and row["hardware_share"] is None
-    assert "n/a (n/a)" in l2_probe.render("1x1x1", [(l2_probe.Case("cuBLAS", None), row)])
+    assert "n/a (n/a)" in l2_probe.render("1x1x1", [(l2_probe.Case("cuBLAS", cublas=True), row)])
 
 
 def test_scaled_units_are_read_in_base_units():
