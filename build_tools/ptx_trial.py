@@ -3,7 +3,7 @@
     python -m build_tools.ptx_trial build --wheel W.whl --instance ID [--instance ID ...] --out DIR
         [--patch none|strip-cache-hints|timeline|renumber-clusters] [--table PERM.json] [--ptxas PATH]
     python -m build_tools.ptx_trial timeline --kernel-dir DIR --instance ID --shape MxNxK [--walk R,G]
-        [--dtype bf16|fp16] [--cold]
+        [--cold]
 
 `build` traces each instance with the CuTe DSL on this machine (as the wheel build does), keeps the PTX,
 applies the patch, assembles it with the CUDA toolkit's `ptxas` and writes DIR/manifest.json (the wheel's
@@ -45,6 +45,8 @@ import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+from build_tools.l2_probe import parse_walk
 
 PATCHES = ("none", "strip-cache-hints", "timeline", "renumber-clusters")
 
@@ -235,12 +237,16 @@ def read_manifest(source: Path) -> dict:
     return json.loads(source.read_text())
 
 
+def check_shipped(manifest: dict, instances) -> None:
+    missing = [i for i in instances if i not in manifest["instances"]]
+    if missing:
+        raise TrialError(f"the manifest has no instance {', '.join(missing)} (python -m hgemm_sm90 list)")
+
+
 def write_kernel_dir(manifest: dict, cubins: dict[str, bytes], out: Path) -> None:
     """DIR/manifest.json with the records of `cubins`' instances (sizes and sha256 of these cubins) and
     DIR/<id>.cubin: a kernel directory for HGEMM_KERNEL_DIR."""
-    missing = [i for i in cubins if i not in manifest["instances"]]
-    if missing:
-        raise TrialError(f"the manifest has no instance {', '.join(missing)}")
+    check_shipped(manifest, cubins)
     out.mkdir(parents=True, exist_ok=True)
     doc = {k: v for k, v in manifest.items() if k != "instances"}
     doc["instances"] = {}
@@ -251,6 +257,14 @@ def write_kernel_dir(manifest: dict, cubins: dict[str, bytes], out: Path) -> Non
         doc["instances"][iid] = rec
         (out / f"{iid}.cubin").write_bytes(data)
     (out / "manifest.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def read_table(path: Path) -> list[int]:
+    """renumber-clusters' table: {"perm": [the walk position of cluster 0, of cluster 1, ...]}."""
+    perm = json.loads(path.read_text()).get("perm")
+    if not isinstance(perm, list) or not all(isinstance(x, int) for x in perm):
+        raise TrialError(f'{path}: expected {{"perm": [position of cluster 0, of cluster 1, ...]}}')
+    return perm
 
 
 def find_ptxas(explicit: str | None) -> str:
@@ -264,17 +278,12 @@ def find_ptxas(explicit: str | None) -> str:
 
 
 def instance_ptxs(instances: list[str]) -> dict[str, str]:
-    """The PTX the DSL produces for each shipped instance (traced on this machine, as the build does).
-
-    One dump folder for all: the DSL reads CUTE_DSL_DUMP_DIR and CUTE_DSL_KEEP once, at import."""
+    """The PTX the DSL produces for each instance (traced on this machine, as the build does; an id is its
+    spec's name). One dump folder for all: the DSL reads CUTE_DSL_DUMP_DIR and CUTE_DSL_KEEP once, at
+    import."""
     from codegen.dsl import compile_instance, configure_environment
-    from codegen.matrix import load_matrix
+    from runtime.spec import GemmSpec
 
-    matrix = load_matrix(Path(__file__).resolve().parent.parent / "kernel_specs.yaml")
-    specs = {s.name(): s for p in matrix.profile_names for s in matrix.expand(p, allow_empty=True).specs}
-    unknown = [i for i in instances if i not in specs]
-    if unknown:
-        raise TrialError(f"no instance {', '.join(unknown)} in kernel_specs.yaml's profiles")
     dump = Path(tempfile.mkdtemp(prefix="hgemm-ptx-trial-"))
     try:
         configure_environment(dump)
@@ -283,7 +292,7 @@ def instance_ptxs(instances: list[str]) -> dict[str, str]:
         for iid in instances:
             for old in dump.glob("*.ptx"):  # names are truncated: two instances can share one
                 old.unlink()
-            compile_instance(specs[iid], dump / "export")
+            compile_instance(GemmSpec.parse(iid), dump / "export")
             new = sorted(dump.glob("*.ptx"))
             if len(new) != 1:
                 raise TrialError(f"expected one new PTX file from the DSL for {iid}, found {len(new)}")
@@ -308,7 +317,8 @@ def assemble(ptx: str, ptxas: str) -> bytes:
 
 def build(args) -> None:
     manifest = read_manifest(Path(args.wheel))
-    perm = json.loads(Path(args.table).read_text())["perm"] if args.table else None
+    check_shipped(manifest, args.instance)  # before the compiles
+    perm = read_table(Path(args.table)) if args.table else None
     ptxas = find_ptxas(args.ptxas)
     ptxs = instance_ptxs(args.instance)
     cubins = {iid: assemble(apply_patch(ptx, args.patch, perm), ptxas) for iid, ptx in ptxs.items()}
@@ -403,45 +413,35 @@ def timeline(args) -> None:  # pragma: no cover - GPU
     from build_tools import bench
     from hgemm_sm90.state import runtime
 
+    inst = next((i for i in hg.instances() if i.id == args.instance), None)
+    if inst is None:
+        raise TrialError(f"no instance {args.instance} in {args.kernel_dir}: build it there first")
     shape = bench.Shape.parse(args.shape)
-    combo = bench.Combo(args.dtype, args.dtype, args.dtype)
-    a, b, d, _ = bench.make_set(torch, shape, bench.Layout(), combo)
-    walk = {}
-    if args.walk:
-        r, g = (int(x) for x in args.walk.split(","))
-        walk = {"raster_along_m": r, "group_size": g}
-    stream = torch.cuda.current_stream()
-
-    def launch():
-        hg.launch(
-            args.instance,
-            (a.data_ptr(), b.data_ptr(), d.data_ptr()),
-            stream.cuda_stream,
-            m=shape.m,
-            n=shape.n,
-            k=shape.k,
-            **walk,
-        )
+    combo = bench.Combo(str(inst.a_dtype), str(inst.b_dtype), str(inst.d_dtype))
+    a, b, d, c = bench.make_set(torch, shape, bench.Layout.of(inst), combo)
+    size = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch}
+    walk = {} if args.walk is None else {"raster_along_m": args.walk[0], "group_size": args.walk[1]}
+    stream = torch.cuda.current_stream().cuda_stream
+    # `workspace` (split-K / stream-K) must outlive the launches.
+    (launch,), workspace = bench.instance_calls(torch, hg, inst, [(a, b, d, c)], size, stream, **walk)
 
     for _ in range(3):
         launch()
     torch.cuda.synchronize()
     _, ctx = cu.cuCtxGetCurrent()
     loaded = runtime().kernels.get(int(ctx), args.instance)
-    err, ptr, size = cu.cuModuleGetGlobal(loaded.module, b"hg_ev")
+    err, ptr, nbytes = cu.cuModuleGetGlobal(loaded.module, b"hg_ev")
     if int(err) != 0:
         raise TrialError(f"{args.instance} in {args.kernel_dir} has no hg_ev: build it with --patch timeline")
-    cu.cuMemsetD32(ptr, 0, size // 4)
     if args.cold:
         torch.empty(256 << 20, dtype=torch.uint8, device="cuda").zero_()  # push operands and code out of L2
-    else:
-        launch()  # the launch before sets L2 as back-to-back calls find it
-        cu.cuMemsetD32(ptr, 0, size // 4)
+    # (warm: the launches above left L2 as back-to-back calls find it)
     torch.cuda.synchronize()
+    cu.cuMemsetD32(ptr, 0, nbytes // 4)
     launch()
     torch.cuda.synchronize()
-    words = (ctypes.c_uint64 * (size // 8))()
-    cu.cuMemcpyDtoH(ctypes.addressof(words), ptr, size)
+    words = (ctypes.c_uint64 * (nbytes // 8))()
+    cu.cuMemcpyDtoH(ctypes.addressof(words), ptr, nbytes)
     print(f"{args.instance} on {args.shape} ({'cold' if args.cold else 'warm'} L2), one launch:")
     for line in summarize(decode(list(words))):
         print("  " + line)
@@ -461,8 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--kernel-dir", required=True)
     t.add_argument("--instance", required=True)
     t.add_argument("--shape", required=True, help="MxNxK")
-    t.add_argument("--walk", help="raster_along_m,group_size")
-    t.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="of A, B and D (16-bit classes)")
+    t.add_argument("--walk", type=parse_walk, help="RASTER,GROUP (raster_along_m, group_size)")
     t.add_argument("--cold", action="store_true", help="flush L2 first (as Nsight Compute does)")
     args = p.parse_args(argv)
     try:

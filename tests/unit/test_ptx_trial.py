@@ -198,4 +198,14 @@ def test_build_errors_are_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("ptx_trial: no instance sm90_nope in kernel_specs.yaml") and err.count("\n") == 1
+    assert err.startswith("ptx_trial: the manifest has no instance sm90_nope") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()  # refused before any compile or write
+
+
+def test_the_renumbering_table_is_checked(tmp_path):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"perm": [1, 0]}))
+    bad.write_text(json.dumps({"order": [1, 0]}))
+    assert pt.read_table(good) == [1, 0]
+    with pytest.raises(pt.TrialError, match="expected"):
+        pt.read_table(bad)
