@@ -622,6 +622,24 @@ def instance_calls(torch, hg, inst, sets: list, size: dict, stream: int, **optio
     return calls, workspace
 
 
+# A runner that launches an instance with a walk override is named "<instance id> walk=<raster>,<group>"
+# (`walk_runner_name`), so the tools that read a run's rows know which launch it timed (`parse_runner_name`).
+WALK_TAG = " walk="
+
+
+def walk_runner_name(instance_id: str, raster_along_m: bool, group_size: int) -> str:
+    return f"{instance_id}{WALK_TAG}{int(raster_along_m)},{group_size}"
+
+
+def parse_runner_name(name: str) -> tuple[str, bool | None, int | None]:
+    """(instance id, raster_along_m, group_size) of an hgemm runner's name; None, None: the default walk."""
+    iid, tag, walk = name.partition(WALK_TAG)
+    if not tag:
+        return iid, None, None
+    raster, group = walk.split(",")
+    return iid, bool(int(raster)), int(group)
+
+
 def bench_shape(
     torch,
     hg,
@@ -633,11 +651,14 @@ def bench_shape(
     env: dict,
     keep=frozenset(),
     dispatch: bool = False,
+    walks: dict | None = None,
 ) -> dict:
     """Time ``cands`` and cuBLAS on one shape (the method in this module's docstring). Instances whose id is
     in ``keep`` reach the full rounds even if the screen would drop them (build_tools/tune.py's evaluation
     times the dispatched instance that way). ``dispatch`` adds a `gemm()` runner per series (kind "gemm",
-    never screened out): what a caller of the library gets."""
+    never screened out): what a caller of the library gets. ``walks`` (instance id -> [(raster_along_m,
+    group_size), ...]) adds a runner per walk override of those instances, screened like the others
+    (`walk_runner_name`; build_tools/tune_walks.py)."""
     layouts = {Layout()} | {Layout.of(i) for i in cands}  # cuBLAS runs on Layout()
     nbytes = set_bytes(shape, combo)
     nsets = sets_needed(max(set_bytes(shape, combo, lay) for lay in layouts), env["l2_bytes"])
@@ -657,6 +678,13 @@ def bench_shape(
         )
         fast = bool(getattr(inst, "fp8_fast_accum", False))
         runners.append(Runner(inst.id, "hgemm", series_of(combo, fast), calls, keep=workspace))
+        for raster, group in (walks or {}).get(inst.id, ()):
+            calls, workspace = instance_calls(
+                torch, hg, inst, sets[Layout.of(inst)], size, stream.cuda_stream,
+                raster_along_m=raster, group_size=group, **modes,
+            )  # fmt: skip
+            name = walk_runner_name(inst.id, raster, group)
+            runners.append(Runner(name, "hgemm", series_of(combo, fast), calls, keep=workspace))
     if dispatch:
         runners += gemm_runners(hg, sets[Layout()], combo, stream, args.pdl)
     stream.wait_stream(torch.cuda.current_stream())  # the workspaces' zeroing, on torch's current stream

@@ -219,7 +219,7 @@ def table_point(shape: bench.Shape, runners: list[dict]) -> dict:
         "k": shape.k,
         "cublas_us": cublas and round(cublas, 3),
         "finalists": len(final),
-        "times": [[name, None, None, round(us, 3)] for us, name in sorted(final + screened)],
+        "times": [[*bench.parse_runner_name(name), round(us, 3)] for us, name in sorted(final + screened)],
     }
 
 
@@ -279,12 +279,13 @@ def held_point(points, shape: bench.Shape) -> dict | None:
 def merge_point(old: dict, new: dict) -> dict:
     """A point re-timed for some instances only (`fill_candidates`): the new run's times, and every other
     entry of ``old`` scaled by the median ratio new / old over the instances timed in both (the finalists
-    carried over), so that times measured in two runs (clocks, power) rank on one scale. The finalist
-    count is the new run's."""
-    new_us = {t[0]: t[3] for t in new["times"]}
-    ratios = [new_us[t[0]] / t[3] for t in old["times"] if t[0] in new_us and t[3] > 0]
+    carried over), so that times measured in two runs (clocks, power) rank on one scale. Entries are
+    matched by instance and walk (an old entry with a walk override, build_tools/tune_walks.py, is carried
+    over like any other). The finalist count is the new run's."""
+    new_us = {tuple(t[:3]): t[3] for t in new["times"]}
+    ratios = [new_us[tuple(t[:3])] / t[3] for t in old["times"] if tuple(t[:3]) in new_us and t[3] > 0]
     scale = statistics.median(ratios) if ratios else 1.0
-    carried = [[t[0], t[1], t[2], round(t[3] * scale, 3)] for t in old["times"] if t[0] not in new_us]
+    carried = [[*t[:3], round(t[3] * scale, 3)] for t in old["times"] if tuple(t[:3]) not in new_us]
     return {**new, "times": sorted(new["times"] + carried, key=lambda t: t[3])}
 
 
@@ -322,10 +323,15 @@ def work_list(
     return work[: args.limit] if args.limit else work
 
 
+# The records of a GPU's ``measured`` entry that other tools write (build_tools/grouped_table.py's runs,
+# build_tools/tune_walks.py's), which a tuning run keeps.
+KEPT_RECORDS = ("grouped", "walks")
+
+
 def measured_entry(previous: dict, run: dict) -> dict:
-    """A GPU's ``measured`` record after a tuning run: this run's, keeping the record of the grouped points
-    (``grouped``: build_tools/grouped_table.py's runs), which the tuner neither times nor replaces."""
-    return {**run, "grouped": previous["grouped"]} if "grouped" in previous else dict(run)
+    """A GPU's ``measured`` record after a tuning run: this run's, keeping the records of `KEPT_RECORDS`,
+    which the tuner neither times nor replaces."""
+    return {**run, **{key: previous[key] for key in KEPT_RECORDS if key in previous}}
 
 
 def tune(args) -> int:

@@ -43,7 +43,10 @@ the two problems (runtime/model.py: so a query whose N or M gives a tile a ragge
 and the two are interpolated linearly in log time over log M. The fastest estimate wins, among the
 candidates that the bracket's heaviest point (the nearest row of the nearest column) timed: one that
 only a farther point timed (added to the matrix after the nearer row was measured) is carried too far by
-the model to compete (`nearest_timed`). Instances that this installation does not ship are skipped, so
+the model to compete (`nearest_timed`). A candidate with a walk override (build_tools/tune_walks.py
+records one at a point only where it beat its instance's default walk there) competes only where that
+heaviest point holds it: which walk wins changes with the tile grid, so it is not carried from a farther
+point. Instances that this installation does not ship are skipped, so
 a table from a larger build works with a smaller one. Measured by leave-one-out on the H200 table
 (docs/DISPATCH.md), the model's scaling picks better than plain interpolation.
 
@@ -104,6 +107,10 @@ class Candidate:
     def to_json(self, us: float) -> list:
         return [self.instance_id, self.raster_along_m, self.group_size, round(us, 3)]
 
+    @property
+    def overrides_walk(self) -> bool:
+        return self.raster_along_m is not None or self.group_size is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
@@ -120,6 +127,9 @@ class Point:
     # None: not recorded (points timed before session 19, the grouped classes' points), or carried over
     # from stale times.
     kernels: str | None = None
+    # How many instances per class build_tools/tune_walks.py tried other walks of here (None: not worked);
+    # the lookup ignores it, the tool resumes by it.
+    walks: int | None = None
 
     def to_json(self) -> dict:
         doc = {
@@ -131,6 +141,8 @@ class Point:
         }
         if self.kernels is not None:
             doc["kernels"] = self.kernels
+        if self.walks is not None:
+            doc["walks"] = self.walks
         doc["times"] = [c.to_json(us) for c, us in self.times]
         return doc
 
@@ -177,7 +189,10 @@ class Point:
         kernels = doc.get("kernels")
         if kernels is not None and type(kernels) is not str:
             raise ValueError("bad kernels digest")
-        return cls(*dims, tuple(sorted(times, key=_us)), doc.get("cublas_us"), finalists, kernels)
+        walks = doc.get("walks")
+        if walks is not None and (type(walks) is not int or walks < 0):
+            raise ValueError("bad walks count")
+        return cls(*dims, tuple(sorted(times, key=_us)), doc.get("cublas_us"), finalists, kernels, walks)
 
 
 def _interned(candidates: dict, iid, raster, group) -> Candidate:
@@ -494,9 +509,17 @@ def estimate(bracket: list[tuple[Point, float]], problem: tuple, sm_count: int, 
     weighted geometric mean over the points that timed it. A point lists every instance its run timed
     (screened-out ones at their scaled screening time), so a candidate missing from a point was added to
     the matrix after that point was timed: missing data, not a slow result, and its estimate comes from
-    the bracket's other points (an instance that no point of the bracket timed is not a candidate)."""
+    the bracket's other points (an instance that no point of the bracket timed is not a candidate). A
+    candidate with a walk override counts only if the bracket's heaviest point timed it (see the module
+    docstring)."""
     times = [(point, dict(point.times), weight) for point, weight in bracket]
-    cands = {c for _, t, _ in times for c in t if c.instance_id in allowed}
+    heaviest = dict(max(bracket, key=lambda entry: entry[1])[0].times)
+    cands = {
+        c
+        for _, t, _ in times
+        for c in t
+        if c.instance_id in allowed and (c in heaviest or not c.overrides_walk)
+    }
     out = {}
     for cand in cands:
         spec = _spec(cand.instance_id)

@@ -288,6 +288,35 @@ def test_an_instance_the_nearest_row_did_not_time_is_no_candidate():
     assert t.lookup(H200, "bf16_bf16_bf16_kkn", 70, 4096, 4096, 1, {B}).instance_id == B
 
 
+def test_a_walk_override_competes_only_near_the_point_that_holds_it():
+    """build_tools/tune_walks.py adds A with another walk at M = 512 only (where it beat A's default walk
+    by more than its margin). Nearer M = 512 it is picked, with its overrides; nearer M = 1024, whose
+    tile grid differs, it is no candidate, and A's default walk (interpolated) is picked; an installation
+    that lacks A never gets its walk."""
+    walk = tuning.Candidate(A, True, 4)
+    col = [
+        tuning.Point(
+            512, 4096, 4096, ((walk, 40.0), (tuning.Candidate(A), 42.0), (tuning.Candidate(B), 45.0))
+        ),
+        _point(1024, 4096, 4096, **{A: 80.0, B: 85.0}),
+    ]
+    t = _table(col)
+    near = t.lookup(H200, "bf16_bf16_bf16_kkn", 600, 4096, 4096, 1, {A, B})
+    assert (near.instance_id, near.raster_along_m, near.group_size) == (A, True, 4)
+    far = t.lookup(H200, "bf16_bf16_bf16_kkn", 900, 4096, 4096, 1, {A, B})
+    assert (far.instance_id, far.raster_along_m, far.group_size) == (A, None, None)
+    assert t.lookup(H200, "bf16_bf16_bf16_kkn", 600, 4096, 4096, 1, {B}).instance_id == B
+    # The walk's estimate comes from its own point alone, carried by the model like any candidate's.
+    bracket, _ = tuning._m_bracket(col, 600)
+    spec = GemmSpec.parse(A)
+    carried = (
+        40.0
+        * model.estimate_s(spec, 600, 4096, 4096, 1, 132)
+        / model.estimate_s(spec, 512, 4096, 4096, 1, 132)
+    )
+    assert tuning.estimate(bracket, (600, 4096, 4096, 1), 132, {A, B})[walk] == pytest.approx(carried)
+
+
 def test_lookup_skips_instances_this_installation_lacks():
     t = _table([_point(256, 4096, 4096, **{A: 30.0, B: 40.0})])
     assert t.lookup(H200, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {B}).instance_id == B
