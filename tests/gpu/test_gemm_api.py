@@ -223,3 +223,40 @@ def test_odd_shapes(dtype, shape, b_row_major, gen, report):
     torch.cuda.synchronize()
     inst = u.selected(m, n, k, **cls)
     g.check_gemm(u.problem_of(inst, "odd_" + "x".join(map(str, shape)), a, b, out, alpha=alpha), report)
+
+
+WALK_CLASSES = {
+    "bf16_bf16_bf16_kkn": out_class("bf16"),
+    "fp16_fp16_fp16_kkn": out_class("fp16"),
+    "e4m3_e4m3_bf16_kkn": out_class("e4m3"),
+    "e4m3_e4m3_bf16_kkn_fastacc": {**out_class("e4m3"), "fp8_fast_accum": True},
+}
+
+
+@pytest.mark.parametrize("key", sorted(WALK_CLASSES))
+def test_a_pick_with_a_walk_override_computes_the_product(key, gen, report):
+    """Where the shipped table's fastest entry at a grid point is an instance with another walk
+    (build_tools/tune_walks.py), select() returns that walk and gemm() launches with it: the smallest such
+    point of the class on this GPU, every element of D checked."""
+    from hgemm_sm90 import gpus, state, tuning
+
+    cls = WALK_CLASSES[key]
+    skip_unless_shipped(cls)
+    gpu = gpus.of_device(state.runtime(), 0)
+    table = tuning.shipped_table()
+    points = (table.gpus.get(gpu.key, {}) if table else {}).get(key, [])
+    walked = [p for p in points if p.times[0][0].overrides_walk]
+    if not walked:
+        pytest.skip(f"the shipped table has no walk override for {key} on {gpu.key}")
+    p = min(walked, key=lambda p: (p.m * p.n * p.k, p.m))
+    choice = hgemm_sm90.select(p.m, p.n, p.k, **cls)
+    want = p.times[0][0]
+    assert (choice.instance_id, choice.raster_along_m, choice.group_size) == (
+        want.instance_id, want.raster_along_m, want.group_size,
+    )  # fmt: skip
+    a, b = linear_operands(cls["a_dtype"], p.m, p.n, p.k, gen)
+    out = torch.full((p.m, p.n), float("nan"), dtype=g.TORCH_DTYPE[cls["d_dtype"]], device=g.DEVICE)
+    hgemm_sm90.gemm(a, b, out, fp8_fast_accum=cls["fp8_fast_accum"])
+    torch.cuda.synchronize()
+    inst = u.selected(p.m, p.n, p.k, **cls)
+    g.check_gemm(u.problem_of(inst, f"walk_{p.m}x{p.n}x{p.k}", a, b, out), report)
