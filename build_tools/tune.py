@@ -23,7 +23,8 @@ The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced fr
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
 28672 x 4096, down 4096 x 14336), 70B-like (hidden 8192: QKV 10240 x 8192, O 8192 x 8192, down
 8192 x 28672), 1B-class (hidden 2048, FFN 8192: gate+up 16384 x 2048, down 2048 x 8192) and DeepSeek-V3-like
-attention (2112 x 7168, 24576 x 1536) layers, and
+attention (2112 x 7168, 24576 x 1536) layers, grouped-query attention's key/value projections (1024 x 4096,
+1024 x 8192) and a hidden-1536 model's down-projection (1536 x 8960), and
 squares' columns (1024, 2048, 4096, 16384; 8192 is an LLM column). Points above MAX_TFLOP are compute-bound
 at every tile, where the choice no longer changes with M; lookups beyond a column's largest timed M use it.
 
@@ -94,6 +95,12 @@ GRID_NK += ((16384, 2048), (2048, 8192))  # hidden 2048, FFN 8192 (1B-class): ga
 # and q's up-projection 24576 x 1536 (added 2026-12-01: read off the 16384 x 2048 column, M = 8-64 at
 # 24576 x 1536 picked ping-pong tiles that ran 0.83-0.94x cuBLAS where swap-AB tiles ran 1.0-1.2x).
 GRID_NK += ((2112, 7168), (24576, 1536))
+# Narrow weights with a long K (added 2026-12-04, session 42): grouped-query attention's key and value
+# projections (8 KV heads of 128: N = 1024) of the hidden-4096 and hidden-8192 models above, and the
+# down-projection of a hidden-1536 model (Qwen2.5-1.5B-like, FFN 8960). Until then N of 1024-2047 with K
+# of 4096-16383 was read off the 2048-2112 columns, where the held-out picks ran furthest from the
+# fastest instance (0.980-0.987 over 14 draws, docs/PERF.md session 42).
+GRID_NK += ((1024, 4096), (1024, 8192), (1536, 8960))
 MAX_TFLOP = 2.5
 # `tune --pdl` times the decode rows again in PDL chains (pdl=True, b_ready=True), where PDL changes which
 # tiles are fastest (docs/PERF.md, session 10); they are written under the class key + "@pdl"
