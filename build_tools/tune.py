@@ -323,6 +323,7 @@ def work_list(
         for shape in grid()
         if (not m_max or shape.m <= m_max)
         and shape.m >= args.m_min
+        and in_columns(args, shape)
         and not all(
             (row_key(args, ck), shape.m, shape.n, shape.k) in done for ck, _ in tuned_classes(args, combo)
         )
@@ -333,6 +334,26 @@ def work_list(
 # The records of a GPU's ``measured`` entry that other tools write (build_tools/grouped_table.py's runs,
 # build_tools/tune_walks.py's), which a tuning run keeps.
 KEPT_RECORDS = ("grouped", "walks")
+
+
+def in_columns(args, shape: bench.Shape) -> bool:
+    """Whether ``shape`` lies on one of the (N, K) columns named by --column (all of them without it):
+    adding a column to `GRID_NK` then times that column alone. Without it a plain run would also time
+    every other point lacking an instance, such as the rows below M = 32, which predate instances added
+    for larger M (tests/unit/test_tune_work.py; session 42's run re-timed 117 of them that way)."""
+    return not args.columns or (shape.n, shape.k) in args.columns
+
+
+def parse_column(text: str) -> tuple[int, int]:
+    """'NxK' -> (N, K), a column of `GRID_NK`."""
+    try:
+        n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"column {text!r}: expected NxK such as 1024x4096") from None
+    if (n, k) not in GRID_NK:
+        cols = ", ".join(f"{n}x{k}" for n, k in GRID_NK)
+        raise argparse.ArgumentTypeError(f"column {text!r} is not on the grid (GRID_NK: {cols})")
+    return n, k
 
 
 def measured_entry(previous: dict, run: dict) -> dict:
@@ -672,6 +693,15 @@ def parse_args(argv: list[str]):
     p.add_argument("--limit", type=int, default=0, help="tune: time at most this many points (a smoke run)")
     p.add_argument("--m-max", type=int, default=0, help="tune: only grid points with M <= this (0: all)")
     p.add_argument("--m-min", type=int, default=0, help="tune: only grid points with M >= this")
+    p.add_argument(
+        "--column",
+        dest="columns",
+        type=parse_column,
+        nargs="+",
+        default=None,
+        metavar="NxK",
+        help="tune: only these (N, K) columns of the grid (a column just added to GRID_NK)",
+    )
     p.add_argument(
         "--retime", action="store_true", help="tune: time points again that the table already holds"
     )

@@ -108,6 +108,8 @@ def work_list(args, classes: dict) -> list[tuple[bench.Combo, bench.Shape]]:
         for shape in tune.grid():
             if not (args.m_min <= shape.m and (not args.m_max or shape.m <= args.m_max)):
                 continue
+            if not tune.in_columns(args, shape):
+                continue
             held = [tune.held_point(classes.get(ck, ()), shape) for ck, _ in chosen]
             if any(p is not None and (args.retime or "walks" not in p) for p in held):
                 out.append((combo, shape))
@@ -203,6 +205,15 @@ def parse_args(argv: list[str]):
     p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
     p.add_argument("--m-min", type=int, default=256, help="only grid points with M >= this")
     p.add_argument("--m-max", type=int, default=0, help="only grid points with M <= this (0: all)")
+    p.add_argument(
+        "--column",
+        dest="columns",
+        type=tune.parse_column,
+        nargs="+",
+        default=None,
+        metavar="NxK",
+        help="only these (N, K) columns of the grid",
+    )
     p.add_argument("--limit", type=int, default=0, help="work at most this many points (a smoke run)")
     p.add_argument("--retime", action="store_true", help="work points whose walks were tuned already")
     args = p.parse_args(argv)

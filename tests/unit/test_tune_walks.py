@@ -175,3 +175,12 @@ def test_a_run_end_to_end_with_the_gpu_faked(tmp_path, monkeypatch):
     assert doc["gpus"]["FAKE/1"]["measured"]["date"] == "tune"  # the table's own record stands
     assert tune_walks.run(tune_walks.parse_args(argv)) == 0 and len(calls) == 1  # resumed: nothing left
     assert len(read_document(out)["gpus"]["FAKE/1"]["measured"]["walks"]["runs"]) == 1  # it worked nothing
+
+
+def test_work_list_honours_column():
+    key = "bf16_bf16_bf16_kkn"
+    held = [
+        {"m": s.m, "n": s.n, "k": s.k, "times": [["a", None, None, 1.0]]} for s in tune.grid() if s.m == 512
+    ]
+    args = tune_walks.parse_args(["--dtype", "bf16", "--column", "4096x4096"])
+    assert [(s.m, s.n, s.k) for _, s in tune_walks.work_list(args, {key: held})] == [(512, 4096, 4096)]

@@ -325,3 +325,27 @@ def test_progress_in_a_log_writes_each_step_once_the_interval_has_passed(monkeyp
         "[2/3 shapes",
         "[3/3 shapes",
     ]
+
+
+def test_column_times_only_the_named_columns():
+    """`--column NxK` (a column just added to GRID_NK): a plain run then times that column's points alone,
+    not also the rows below M = 32 of the other columns, which lack instances added for larger M (session
+    42's run without it re-timed 117 of those)."""
+    shape = tune.grid()[0]  # M = 1 of the first column
+    point = {"m": shape.m, "n": shape.n, "k": shape.k, "times": [["old", None, None, 1.0]]}
+    held = {"bf16_bf16_bf16_kkn": [point]}
+    shipped = {"bf16_bf16_bf16_kkn": {"old", "new"}}
+    plain = tune.work_list(tune.parse_args(["--dtype", "bf16"]), held, shipped)
+    assert shape in [s for _, s in plain]
+    args = tune.parse_args(["--dtype", "bf16", "--column", "1024x4096", "1536X8960"])
+    assert args.columns == [(1024, 4096), (1536, 8960)]
+    work = [s for _, s in tune.work_list(args, held, shipped)]
+    assert work and {(s.n, s.k) for s in work} == {(1024, 4096), (1536, 8960)}
+    assert len(work) == len([s for s in tune.grid() if (s.n, s.k) in args.columns])
+
+
+@pytest.mark.parametrize("text", ["1000x4096", "1024", "axb"])
+def test_a_column_off_the_grid_is_a_usage_error(text, capsys):
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--column", text])
+    assert "column" in capsys.readouterr().err
