@@ -93,6 +93,13 @@ def row_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     return out
 
 
+def default_walk_times(point: dict) -> dict[str, float]:
+    """Instance id -> µs of every instance a table point measured, at its default walk: the judge scores
+    instances, a pick with a walk override (build_tools/tune_walks.py) as its instance, as the held-out
+    draws time them."""
+    return {t[0]: t[3] for t in point["times"] if t[1] is None and t[2] is None}
+
+
 def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> list[PointScore]:
     """The `left_out` points of class `cls` looked up in a table of the `kept` ones and scored, each among
     the instances it measured."""
@@ -100,7 +107,7 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
     gpu = _gpu(gpu_key)
     out = []
     for p in left_out:
-        times = {t[0]: t[3] for t in p["times"]}  # every instance the point measured
+        times = default_walk_times(p)
         pick = table.lookup(gpu, cls, p["m"], p["n"], p["k"], 1, set(times))
         out.append(_score(p["m"], p["n"], p["k"], times, pick.instance_id if pick else None))
     return out
@@ -110,7 +117,7 @@ def model_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     """Every grid point of class `cls` scored by the cost model's pick among the instances it measured."""
     sms = _gpu(gpu_key).sm_count
     return [
-        _model_score(p["m"], p["n"], p["k"], 1, {t[0]: t[3] for t in p["times"]}, sms)
+        _model_score(p["m"], p["n"], p["k"], 1, default_walk_times(p), sms)
         for p in doc["gpus"][gpu_key]["classes"][cls]
     ]
 

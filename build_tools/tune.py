@@ -331,11 +331,6 @@ def work_list(
     return work[: args.limit] if args.limit else work
 
 
-# The records of a GPU's ``measured`` entry that other tools write (build_tools/grouped_table.py's runs,
-# build_tools/tune_walks.py's), which a tuning run keeps.
-KEPT_RECORDS = ("grouped", "walks")
-
-
 def in_columns(args, shape: bench.Shape) -> bool:
     """Whether ``shape`` lies on one of the (N, K) columns named by --column (all of them without it):
     adding a column to `GRID_NK` then times that column alone. Without it a plain run would also time
@@ -354,6 +349,11 @@ def parse_column(text: str) -> tuple[int, int]:
         cols = ", ".join(f"{n}x{k}" for n, k in GRID_NK)
         raise argparse.ArgumentTypeError(f"column {text!r} is not on the grid (GRID_NK: {cols})")
     return n, k
+
+
+# The records of a GPU's ``measured`` entry that other tools write (build_tools/grouped_table.py's runs,
+# build_tools/tune_walks.py's), which a tuning run keeps.
+KEPT_RECORDS = ("grouped", "walks")
 
 
 def measured_entry(previous: dict, run: dict) -> dict:

@@ -275,3 +275,17 @@ def test_model_tile_efficiency_interpolates_between_the_listed_tiles_of_the_same
     assert model.tile_efficiency(64, 8) == eff[(64, 32)]  # below the narrowest listed: the narrowest's
     assert model.tile_efficiency(256, 176) == eff[(256, 128)]  # beyond the widest listed: the widest's
     assert model.tile_efficiency(320, 128) == model.DEFAULT_EFFICIENCY  # no tile of that M listed
+
+
+def test_a_points_walk_entries_are_not_its_instances_times():
+    """A table point with a walk entry (build_tools/tune_walks.py) scores each instance at its default walk,
+    whatever the order of its entries."""
+    point = {
+        "times": [
+            ["a", True, 4, 9.0],
+            ["a", None, None, 10.0],
+            ["b", None, None, 11.0],
+            ["b", False, 1, 12.0],
+        ]
+    }
+    assert dispatch_loo.default_walk_times(point) == {"a": 10.0, "b": 11.0}
