@@ -174,7 +174,7 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
         for cls, series in tune.TUNED.get(combo, ()):
             point = tune.table_point(shape, [x for x in r["runners"] if x["series"] == series])
             if point["times"]:
-                cases.append(case(cls, shape, {t[0]: t[3] for t in point["times"]}))
+                cases.append(case(cls, shape, default_walk_times(point)))
     return cases
 
 
