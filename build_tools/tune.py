@@ -469,6 +469,9 @@ class Verdict:
     # others' screening times on that scale), so a later change to dispatch can be judged on this draw
     # offline: `python -m build_tools.dispatch_loo --held-out FILE` (before session 20: not recorded).
     times: dict[str, float] | None = None
+    # The walk select() chose ([raster_along_m, group_size]: build_tools/tune_walks.py found it), or None
+    # for the launch's default walk. With a walk, sel_us / gemm_us is its gain (recorded since session 42).
+    walk: list | None = None
 
     @property
     def m(self) -> int:
@@ -570,10 +573,11 @@ def evaluate(args) -> int:
                     sel = chosen[ck]
                     fastest = min(ours, key=ours.get)
                     point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
+                    walk = [sel.raster_along_m, sel.group_size] if sel.raster_along_m is not None else None
                     verdicts.append(
                         Verdict(str(combo), ck, str(shape), sel.instance_id, sel.source, via,
                                 ours.get(sel.instance_id), fastest, ours[fastest], cublas, nbytes,
-                                {t[0]: t[3] for t in point["times"]})
+                                {t[0]: t[3] for t in point["times"]}, walk)
                     )  # fmt: skip
                 v = verdicts[-1]
                 progress.step(
@@ -632,7 +636,8 @@ def render(verdicts: list[Verdict], host: dict, env: dict, args) -> str:
         vs_c = f"{v.vs_cublas:.3f}" if v.vs_cublas else "n/a"
         m, n, k = (int(x) for x in v.shape.split("x")[:3])
         lines.append(
-            f"| {v.cls} | {v.shape} | {_short(v.selected)} ({v.source}) | {v.gemm_us:.2f} | "
+            f"| {v.cls} | {v.shape} | {_short(v.selected)}{_walk_text(v.walk)} ({v.source}) | "
+            f"{v.gemm_us:.2f} | "
             f"{2 * m * n * k / (v.gemm_us * 1e-6) / 1e12:.1f} | {v.tbps:.2f} | {v.vs_fastest:.3f} | {vs_c} | "
             f"{_short(v.fastest)} |"
         )
@@ -664,6 +669,10 @@ def render(verdicts: list[Verdict], host: dict, env: dict, args) -> str:
         lines += ["", "Host µs per call (median of 5 runs x 2000 calls): " + ", ".join(
             f"{name} {us:.2f}" for name, us in host.items())]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _walk_text(walk: list | None) -> str:
+    return "" if walk is None else f" walk {int(walk[0])},{walk[1]}"
 
 
 def _short(iid: str) -> str:

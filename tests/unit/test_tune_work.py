@@ -266,7 +266,7 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
     key = "bf16_bf16_bf16_kkn"
     dtypes = {"a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "fp8_fast_accum": False}
     insts = [types.SimpleNamespace(id=i, **dtypes) for i in ("a", "b", "c")]
-    choice = types.SimpleNamespace(instance_id="b", source="table")
+    choice = types.SimpleNamespace(instance_id="b", source="table", raster_along_m=True, group_size=4)
     hg = types.SimpleNamespace(instances=lambda: insts, select=lambda *args, **kw: choice)
     env = {"date": "d", "torch": "t", "gpu": "FAKE", "sms": 132, "cuda_bindings": "c", "hgemm_sm90": "h",
            "smi_id": None}  # fmt: skip
@@ -298,6 +298,7 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
     assert doc["pdl"] is False and len(doc["verdicts"]) == 2
     v = doc["verdicts"][0]
     assert (v["selected"], v["fastest"], v["sel_us"]) == ("b", "a", pytest.approx(12.0))
+    assert v["walk"] == [True, 4]  # the walk select() chose, as gemm() launched it
     assert v["times"] == {"a": pytest.approx(10.0), "b": pytest.approx(12.0), "c": pytest.approx(15.0)}
     cases = dispatch_loo.held_out_cases(doc)
     assert [c.times for c in cases] == [v["times"] for v in doc["verdicts"]] and not any(c.pdl for c in cases)
