@@ -679,10 +679,9 @@ def _short(iid: str) -> str:
     return iid.split("_", 6)[-1] if iid.startswith("sm90_") else iid
 
 
-def parse_args(argv: list[str]):
-    p = argparse.ArgumentParser(prog="python -m build_tools.tune", description=__doc__.split("\n")[0])
-    p.add_argument("mode", nargs="?", choices=("tune", "evaluate"), default="tune")
-    p.add_argument("--out", type=Path, default=Path("runtime/tuning.json"), help="the table (tune mode)")
+def add_grid_arguments(p: argparse.ArgumentParser, m_min: int) -> None:
+    """Which grid points a run works (`work_list`; build_tools/tune_walks.py too): --dtype, --class,
+    --m-min (default ``m_min``), --m-max and --column."""
     p.add_argument(
         "--dtype", nargs="+", choices=sorted({c.a for c in TUNED}), default=sorted({c.a for c in TUNED})
     )
@@ -692,16 +691,10 @@ def parse_args(argv: list[str]):
         nargs="+",
         choices=sorted(ck for pairs in TUNED.values() for ck, _ in pairs),
         default=None,
-        help="tune: only these problem classes (default: every tuned class of the chosen dtypes)",
+        help="only these problem classes (default: every tuned class of the chosen dtypes)",
     )
-    p.add_argument("--top", type=int, default=4, help="finalists per class re-timed with cuBLAS")
-    p.add_argument("--reps", type=int, default=5, help="interleaved full rounds (median kept)")
-    p.add_argument("--iters", type=int, default=6, help="eager launches per timed batch")
-    p.add_argument("--screen-reps", type=int, default=3, help="interleaved screening rounds (best kept)")
-    p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
-    p.add_argument("--limit", type=int, default=0, help="tune: time at most this many points (a smoke run)")
-    p.add_argument("--m-max", type=int, default=0, help="tune: only grid points with M <= this (0: all)")
-    p.add_argument("--m-min", type=int, default=0, help="tune: only grid points with M >= this")
+    p.add_argument("--m-min", type=int, default=m_min, help="only grid points with M >= this")
+    p.add_argument("--m-max", type=int, default=0, help="only grid points with M <= this (0: all)")
     p.add_argument(
         "--column",
         dest="columns",
@@ -709,8 +702,26 @@ def parse_args(argv: list[str]):
         nargs="+",
         default=None,
         metavar="NxK",
-        help="tune: only these (N, K) columns of the grid (a column just added to GRID_NK)",
+        help="only these (N, K) columns of the grid (a column just added to GRID_NK)",
     )
+
+
+def add_timing_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench method's rounds that `bench_args` reads (--top, which differs per tool, is not here)."""
+    p.add_argument("--reps", type=int, default=5, help="interleaved full rounds (median kept)")
+    p.add_argument("--iters", type=int, default=6, help="eager launches per timed batch")
+    p.add_argument("--screen-reps", type=int, default=3, help="interleaved screening rounds (best kept)")
+    p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
+
+
+def parse_args(argv: list[str]):
+    p = argparse.ArgumentParser(prog="python -m build_tools.tune", description=__doc__.split("\n")[0])
+    p.add_argument("mode", nargs="?", choices=("tune", "evaluate"), default="tune")
+    p.add_argument("--out", type=Path, default=Path("runtime/tuning.json"), help="the table (tune mode)")
+    add_grid_arguments(p, m_min=0)
+    p.add_argument("--top", type=int, default=4, help="finalists per class re-timed with cuBLAS")
+    add_timing_arguments(p)
+    p.add_argument("--limit", type=int, default=0, help="tune: time at most this many points (a smoke run)")
     p.add_argument(
         "--retime", action="store_true", help="tune: time points again that the table already holds"
     )

@@ -178,20 +178,7 @@ def run(args) -> int:
 def parse_args(argv: list[str]):
     p = argparse.ArgumentParser(prog="python -m build_tools.tune_walks", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("runtime/tuning.json"), help="the table to work on")
-    p.add_argument(
-        "--dtype",
-        nargs="+",
-        choices=sorted({c.a for c in tune.TUNED}),
-        default=sorted({c.a for c in tune.TUNED}),
-    )
-    p.add_argument(
-        "--class",
-        dest="classes",
-        nargs="+",
-        choices=sorted(ck for pairs in tune.TUNED.values() for ck, _ in pairs),
-        default=None,
-        help="only these problem classes (default: every tuned class of the chosen dtypes)",
-    )
+    tune.add_grid_arguments(p, m_min=256)
     p.add_argument("--contenders", type=int, default=3, help="instances per class whose walks are tried")
     p.add_argument(
         "--margin", type=float, default=DEFAULT_MARGIN, help="a walk kept must beat the default by this"
@@ -199,21 +186,7 @@ def parse_args(argv: list[str]):
     p.add_argument(
         "--top", type=int, default=4, help="finalists per class re-timed (the defaults always are)"
     )
-    p.add_argument("--reps", type=int, default=5, help="interleaved full rounds (median kept)")
-    p.add_argument("--iters", type=int, default=6, help="eager launches per timed batch")
-    p.add_argument("--screen-reps", type=int, default=3, help="interleaved screening rounds (best kept)")
-    p.add_argument("--graph-iters", type=int, default=50, help="launches per CUDA graph (small problems)")
-    p.add_argument("--m-min", type=int, default=256, help="only grid points with M >= this")
-    p.add_argument("--m-max", type=int, default=0, help="only grid points with M <= this (0: all)")
-    p.add_argument(
-        "--column",
-        dest="columns",
-        type=tune.parse_column,
-        nargs="+",
-        default=None,
-        metavar="NxK",
-        help="only these (N, K) columns of the grid",
-    )
+    tune.add_timing_arguments(p)
     p.add_argument("--limit", type=int, default=0, help="work at most this many points (a smoke run)")
     p.add_argument("--retime", action="store_true", help="work points whose walks were tuned already")
     args = p.parse_args(argv)

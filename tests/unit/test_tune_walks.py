@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 import types
 
 import pytest
@@ -131,7 +129,7 @@ def test_a_tuning_run_keeps_the_walk_record():
     assert tune.measured_entry({"date": "old", "walks": walks}, run) == {**run, "walks": walks}
 
 
-def test_a_run_end_to_end_with_the_gpu_faked(tmp_path, monkeypatch):
+def test_a_run_end_to_end_with_the_gpu_faked(tmp_path, fake_tuner):
     """`tune_walks` with bench_shape faked: it times the two fastest default walks and their variants,
     keeps the one walk that wins by the margin, records the run, and a second run has nothing left."""
     shape = next(s for s in tune.grid() if s.m == 512 and (s.n, s.k) == (4096, 4096))
@@ -153,15 +151,7 @@ def test_a_run_end_to_end_with_the_gpu_faked(tmp_path, monkeypatch):
                  for r, g in walks[TILE]]  # fmt: skip
         return {"runners": [{**r, "series": ""} for r in rows]}
 
-    fake_torch = types.SimpleNamespace(
-        cuda=types.SimpleNamespace(stream=lambda s: contextlib.nullcontext(), empty_cache=lambda: None)
-    )
-    monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    monkeypatch.setattr(tune, "setup", lambda torch: (hg, env, None))
-    monkeypatch.setattr(tune, "gpu_key", lambda torch: "FAKE/1")
-    monkeypatch.setattr(tune, "class_key", lambda inst: key)
-    monkeypatch.setattr(bench, "warm_up_clocks", lambda torch, seconds: None)
-    monkeypatch.setattr(bench, "bench_shape", bench_shape)
+    fake_tuner(hg, env, key, bench_shape)
     argv = ["--out", str(out), "--dtype", "bf16", "--contenders", "2"]
     assert tune_walks.run(tune_walks.parse_args(argv)) == 0
     ((s, ids, walks, keep),) = calls

@@ -154,11 +154,11 @@ def test_merge_carries_the_other_times_over_on_the_new_runs_scale():
     assert tune.untimed(merged, {"a", "b", "c", "d", "new1"}) == set()
 
 
-def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(tmp_path, monkeypatch):
+def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(
+    tmp_path, monkeypatch, fake_tuner
+):
     """`tune` end to end with the GPU parts faked: at a grid point that lacks one shipped instance it
     times that instance and the point's two finalists, and writes the merged point."""
-    import contextlib
-    import sys
     import types
 
     from build_tools import bench
@@ -182,16 +182,7 @@ def test_a_tune_run_fills_a_point_with_the_new_instance_and_the_finalists_only(t
                     "screen_ms": [us[i.id] / 1e3], "error": None} for i in cands]  # fmt: skip
         return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.01}]}
 
-    fake_torch = types.SimpleNamespace(
-        cuda=types.SimpleNamespace(stream=lambda s: contextlib.nullcontext(), empty_cache=lambda: None)
-    )
-    monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    monkeypatch.setattr(tune, "setup", lambda torch: (hg, env, None))
-    monkeypatch.setattr(tune, "gpu_key", lambda torch: "FAKE/1")
-    monkeypatch.setattr(tune, "class_key", lambda inst: key)
-    monkeypatch.setattr(bench, "nvidia_smi", lambda uuid: {})
-    monkeypatch.setattr(bench, "warm_up_clocks", lambda torch, seconds: None)
-    monkeypatch.setattr(bench, "bench_shape", bench_shape)
+    fake_tuner(hg, env, key, bench_shape)
     monkeypatch.setattr(tune, "cubin_hashes", lambda hg: HASHES)
     assert tune.tune(tune.parse_args(["--out", str(out), "--dtype", "bf16", "--limit", "1"])) == 0
     assert timed == [{"new", "a", "b"}]
@@ -253,15 +244,13 @@ def test_stale_points_are_worked_only_with_the_stale_flag():
     assert shapes[0] not in work and shapes[1] not in work
 
 
-def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, monkeypatch):
+def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, monkeypatch, fake_tuner):
     """`evaluate` end to end with the GPU parts faked: each verdict of its JSON keeps every instance's
     time (finalists' medians, the screened-out ones on their scale), which is what
     `python -m build_tools.dispatch_loo --held-out` scores a later dispatch change with."""
-    import contextlib
-    import sys
     import types
 
-    from build_tools import bench, dispatch_loo
+    from build_tools import dispatch_loo
 
     key = "bf16_bf16_bf16_kkn"
     dtypes = {"a_dtype": "bf16", "b_dtype": "bf16", "d_dtype": "bf16", "fp8_fast_accum": False}
@@ -282,15 +271,8 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
         runners.append({"kind": "gemm", "series": "", "name": "gemm()", "median_ms": 0.0121})
         return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.011}]}
 
-    fake_torch = types.SimpleNamespace(
-        cuda=types.SimpleNamespace(stream=lambda s: contextlib.nullcontext(), empty_cache=lambda: None)
-    )
-    monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    monkeypatch.setattr(tune, "setup", lambda torch: (hg, env, None))
-    monkeypatch.setattr(tune, "class_key", lambda inst: key)
+    fake_tuner(hg, env, key, bench_shape)
     monkeypatch.setattr(tune, "host_costs", lambda torch, hg: {})
-    monkeypatch.setattr(bench, "warm_up_clocks", lambda torch, seconds: None)
-    monkeypatch.setattr(bench, "bench_shape", bench_shape)
     out = tmp_path / "eval.json"
     argv = ["evaluate", "--dtype", "bf16", "--seed", "3", "--count", "2", "--json", str(out)]
     assert tune.evaluate(tune.parse_args(argv)) == 0
