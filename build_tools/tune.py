@@ -356,10 +356,20 @@ def parse_column(text: str) -> tuple[int, int]:
 KEPT_RECORDS = ("grouped", "walks")
 
 
+# What ``earlier`` keeps of each earlier tuning run: enough to say when and how its points were timed.
+EARLIER_FIELDS = ("date", "command", "kept")
+
+
 def measured_entry(previous: dict, run: dict) -> dict:
-    """A GPU's ``measured`` record after a tuning run: this run's, keeping the records of `KEPT_RECORDS`,
-    which the tuner neither times nor replaces."""
-    return {**run, **{key: previous[key] for key in KEPT_RECORDS if key in previous}}
+    """A GPU's ``measured`` record after a tuning run: this run's, with the earlier runs' dates and commands
+    in ``earlier`` (oldest first: a run that times one column or class leaves the others' points as an
+    earlier run timed them), keeping the records of `KEPT_RECORDS`, which the tuner neither times nor
+    replaces."""
+    earlier = list(previous.get("earlier", ()))
+    if "command" in previous:
+        earlier.append({key: previous[key] for key in EARLIER_FIELDS if key in previous})
+    kept = {key: previous[key] for key in KEPT_RECORDS if key in previous}
+    return {**run, **({"earlier": earlier} if earlier else {}), **kept}
 
 
 def tune(args) -> int:

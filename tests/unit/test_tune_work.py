@@ -76,6 +76,17 @@ def test_a_tuning_run_keeps_the_record_of_the_grouped_points():
     assert tune.measured_entry({"date": "old"}, run) == run
 
 
+def test_a_tuning_run_keeps_the_earlier_runs_dates_and_commands_oldest_first():
+    """A run that times some columns or classes leaves the other points as earlier runs timed them: the
+    record says so instead of naming the last command alone."""
+    first = {"date": "d1", "command": "python -m build_tools.tune", "torch": "2.11"}
+    second = tune.measured_entry(first, {"date": "d2", "command": "python -m build_tools.tune --pdl"})
+    assert second["earlier"] == [{"date": "d1", "command": "python -m build_tools.tune"}]
+    third = tune.measured_entry({**second, "kept": "why"}, {"date": "d3", "command": "c3"})
+    assert [run["date"] for run in third["earlier"]] == ["d1", "d2"]
+    assert third["earlier"][1]["kept"] == "why" and "kept" not in third and third["command"] == "c3"
+
+
 def test_a_point_without_a_time_for_a_shipped_instance_is_timed_again():
     """Instances added after a point was timed have no time there, and the lookup never picks them near it
     (runtime/tuning.py `estimate`): a plain run times such points again, and only those (session 17: the
