@@ -41,7 +41,7 @@ import argparse
 import contextlib
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from build_tools import bench, tune
@@ -129,11 +129,14 @@ def _model_score(m: int, n: int, k: int, batch: int, times: dict[str, float], sm
     return _score(m, n, k, times, spec.id)
 
 
-def _score(m: int, n: int, k: int, times: dict[str, float], picked: str | None) -> PointScore:
-    """A pick's instance id (None: the lookup had none) scored by the times measured at the problem."""
+def _score(
+    m: int, n: int, k: int, times: dict[str, float], picked: str | None, picked_us: float | None = None
+) -> PointScore:
+    """A pick's instance id (None: the lookup had none) scored by the times measured at the problem;
+    `picked_us`: the pick's own time where it differs from its instance's (a walk override measured)."""
     fastest = min(times, key=times.get)
     picked = picked or fastest
-    got = times.get(picked, max(times.values()))
+    got = picked_us or times.get(picked, max(times.values()))
     return PointScore(m, n, k, times[fastest] / got, picked, fastest)
 
 
@@ -149,6 +152,10 @@ class HeldOutCase:
     times: dict[str, float]
     pdl: bool = False  # timed in PDL chains (`evaluate --pdl`): looked up in the class's PDL rows
     batch: int = 1
+    # (instance id, raster_along_m, group_size) -> µs of a pick with a walk override that the draw timed:
+    # its own `select()` pick, through `gemm()` in the finalists' rounds (`times` holds every instance at
+    # its default walk only). A lookup that picks the same instance and walk is scored by it.
+    walk_times: dict[tuple[str, bool, int], float] = field(default_factory=dict)
 
 
 def held_out_cases(doc: dict) -> list[HeldOutCase]:
@@ -157,13 +164,15 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
     on the GPU its ``env`` names."""
     gpu = GpuId(doc["env"]["gpu"], doc["env"]["sms"]).key
 
-    def case(cls: str, shape: bench.Shape, times: dict[str, float], pdl: bool = False) -> HeldOutCase:
-        return HeldOutCase(gpu, cls, shape.m, shape.n, shape.k, times, pdl, shape.batch)
+    def case(
+        cls: str, shape: bench.Shape, times: dict[str, float], pdl: bool = False, walks=None
+    ) -> HeldOutCase:
+        return HeldOutCase(gpu, cls, shape.m, shape.n, shape.k, times, pdl, shape.batch, walks or {})
 
     if "verdicts" in doc:
         pdl = bool(doc.get("pdl"))
         return [
-            case(v["cls"], bench.Shape.parse(v["shape"]), v["times"], pdl)
+            case(v["cls"], bench.Shape.parse(v["shape"]), v["times"], pdl, verdict_walk_times(v))
             for v in doc["verdicts"]
             if v.get("times")
         ]
@@ -178,6 +187,15 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
     return cases
 
 
+def verdict_walk_times(verdict: dict) -> dict[tuple[str, bool, int], float]:
+    """An evaluate verdict's pick with a walk override (recorded since session 42) and its time: `gemm()`
+    ran it in the finalists' full rounds, on the scale of `times`."""
+    walk = verdict.get("walk")
+    if not walk:
+        return {}
+    return {(verdict["selected"], bool(walk[0]), int(walk[1])): verdict["gemm_us"]}
+
+
 def held_out_cases_of(files: list[Path]) -> list[HeldOutCase]:
     """The `held_out_cases` of each file (evaluate or bench JSON, plain or `.gz`), in order."""
     return [c for f in files for c in held_out_cases(tune.read_json(f))]
@@ -188,8 +206,10 @@ def held_out_scores(
 ) -> list[tuple[HeldOutCase, PointScore]]:
     """Each case looked up in the table `doc`'s rows for its GPU (its PDL rows for a PDL case where they
     reach its M, as `select(pdl=True)` reads them) among the instances it timed, and scored like a left-out
-    grid point. Cases on a GPU the table lacks are left out. model_only: the cost model's pick instead
-    (every case, whatever GPU: the model needs only its SM count)."""
+    grid point: a pick with a walk override by the draw's time for it where the draw picked the same
+    instance and walk (`HeldOutCase.walk_times`), else at its instance's default walk. Cases on a GPU the
+    table lacks are left out. model_only: the cost model's pick instead (every case, whatever GPU: the
+    model needs only its SM count)."""
     table = TuningTable.from_json(doc)
     out = []
     for c in cases:
@@ -201,7 +221,11 @@ def held_out_scores(
         gpu, pdl_key = _gpu(c.gpu), c.cls + PDL_SUFFIX
         key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls
         pick = table.lookup(gpu, key, c.m, c.n, c.k, c.batch, set(c.times))
-        out.append((c, _score(c.m, c.n, c.k, c.times, pick.instance_id if pick else None)))
+        if pick is None:
+            out.append((c, _score(c.m, c.n, c.k, c.times, None)))
+            continue
+        walk_us = c.walk_times.get((pick.instance_id, pick.raster_along_m, pick.group_size))
+        out.append((c, _score(c.m, c.n, c.k, c.times, pick.instance_id, walk_us)))
     return out
 
 

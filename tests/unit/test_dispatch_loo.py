@@ -210,6 +210,30 @@ def test_held_out_shapes_are_scored_among_the_instances_they_timed():
     assert [c.gpu for c in other] == ["G/114"] * 3 and dispatch_loo.held_out_scores(doc, other) == []
 
 
+def test_a_walk_pick_is_scored_by_the_draws_time_for_that_walk_where_the_draw_timed_it():
+    """The table's fastest entry near M = 300 is WIDE with raster along N in bands of 2; the draw's times
+    hold every instance at its default walk, and its verdict the time of its own pick through gemm(). A
+    lookup that picks the same instance and walk is scored by that time; another walk is not."""
+
+    def walk_pt(m: int) -> dict:
+        times = [[WIDE, False, 2, 8.0], [SMALL, None, None, 9.0], [WIDE, None, None, 10.0]]
+        return {"m": m, "n": 4096, "k": 4096, "times": times}
+
+    doc = _table_doc({KEY: [walk_pt(256), walk_pt(512)]})
+    verdict = {"cls": KEY, "shape": "300x4096x4096", "times": {SMALL: 9.0, WIDE: 10.0}, "selected": WIDE,
+               "gemm_us": 8.5, "walk": [False, 2]}  # fmt: skip
+    env = {"gpu": "G", "sms": 132}
+    (case,) = dispatch_loo.held_out_cases({"env": env, "verdicts": [verdict]})
+    assert case.walk_times == {(WIDE, False, 2): 8.5}
+    ((_, score),) = dispatch_loo.held_out_scores(doc, [case])
+    assert (score.picked, score.score) == (WIDE, pytest.approx(9.0 / 8.5))  # > 1: the walk beat them all
+    # The draw picked another walk (or none: a verdict from before session 42): the default walk's time.
+    for other in ({**verdict, "walk": [True, 4]}, {k: v for k, v in verdict.items() if k != "walk"}):
+        (case,) = dispatch_loo.held_out_cases({"env": env, "verdicts": [other]})
+        ((_, score),) = dispatch_loo.held_out_scores(doc, [case])
+        assert (score.picked, score.score) == (WIDE, pytest.approx(0.9))
+
+
 def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, capsys):
     runner = {"kind": "hgemm", "series": "", "error": None}
     bench_json = {
