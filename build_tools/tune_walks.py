@@ -167,7 +167,7 @@ def run(args) -> int:
                 gained = [t for t in new["times"] if t[1] is not None and t[0] in ids]
                 found += len(gained)
                 best = new["times"][0]
-                labels.append(f"{ck}: {len(gained)} walk(s), fastest {tune._short(best[0])} {best[1:3]}")
+                labels.append(f"{ck}: {len(gained)} walk(s), fastest {tune.short_id(best[0])} {best[1:3]}")
             write_document(args.out, doc)  # atomic: a stopped run keeps every point it worked
             progress.step(f"{combo} {shape}: " + "; ".join(labels))
             torch.cuda.empty_cache()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from build_tools import tune
+from build_tools import tune, tune_evaluate
 from codegen.matrix import load_matrix
 from runtime.dispatch import ProblemClass
 from runtime.spec import GemmSpec
@@ -283,10 +283,10 @@ def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, mo
         return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.011}]}
 
     fake_tuner(hg, env, key, bench_shape)
-    monkeypatch.setattr(tune, "host_costs", lambda torch, hg: {})
+    monkeypatch.setattr(tune_evaluate, "host_costs", lambda torch, hg: {})
     out = tmp_path / "eval.json"
     argv = ["evaluate", "--dtype", "bf16", "--seed", "3", "--count", "2", "--json", str(out)]
-    assert tune.evaluate(tune.parse_args(argv)) == 0
+    assert tune_evaluate.evaluate(tune.parse_args(argv)) == 0
     doc = json.loads(out.read_text())
     assert doc["pdl"] is False and len(doc["verdicts"]) == 2
     v = doc["verdicts"][0]
