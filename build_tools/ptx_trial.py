@@ -1,7 +1,8 @@
 """Timing-only trials of shipped kernels, rebuilt from their PTX with one patch applied (maintainers).
 
     python -m build_tools.ptx_trial build --wheel W.whl --instance ID [--instance ID ...] --out DIR
-        [--patch none|strip-cache-hints|timeline|renumber-clusters] [--table PERM.json] [--ptxas PATH]
+        [--patch none|strip-cache-hints|timeline|renumber-clusters] [--table PERM.json | --interleave G:C]
+        [--ptxas PATH]
     python -m build_tools.ptx_trial timeline --kernel-dir DIR --instance ID --shape MxNxK [--walk R,G]
         [--cold]
 
@@ -16,7 +17,10 @@ Patches:
 - `strip-cache-hints`: the DSL gives every TMA copy `.L2::cache_hint` with policy 0; drop it.
 - `renumber-clusters --table T.json` (`{"perm": [...]}`): the walk position of cluster c becomes perm[c]
   (a permutation of range(#clusters): valid for launches of exactly that many clusters), e.g. to give the
-  clusters that the hardware places on one GPC neighbouring positions of the walk.
+  clusters that the hardware places on one GPC neighbouring positions of the walk. `--interleave G:C`
+  instead of a table: the permutation for C clusters dealt round-robin over G GPCs (`interleaved_perm`),
+  no measured placement needed: whether that static rule, which a kernel could compute from its cluster id,
+  gets the measured table's gain is the question before a shippable GPC-aware walk (docs/KERNEL.md).
 - `timeline`: every TMA load records (%globaltimer, coordinates, operand, %smid) into a module global, and
   each warp its entry and exit; `timeline` launches the instance once and prints when each CTA started,
   issued its first load and ended, and how closely the CTAs that load the same box issue it (the L2
@@ -211,7 +215,8 @@ def apply_patch(ptx: str, patch: str, perm: list[int] | None = None) -> str:
     elif patch == "renumber-clusters":
         if perm is None:
             raise TrialError(
-                'renumber-clusters needs --table PERM.json ({"perm": [position of cluster 0, ...]})'
+                'renumber-clusters needs --table PERM.json ({"perm": [position of cluster 0, ...]}) '
+                "or --interleave GPCS:CLUSTERS"
             )
         new, n = renumber_clusters(ptx, perm)
     elif patch == "timeline":
@@ -257,6 +262,30 @@ def write_kernel_dir(manifest: dict, cubins: dict[str, bytes], out: Path) -> Non
         doc["instances"][iid] = rec
         (out / f"{iid}.cubin").write_bytes(data)
     (out / "manifest.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def interleaved_perm(gpcs: int, clusters: int) -> list[int]:
+    """The walk position of each of `clusters` clusters if the hardware deals them round-robin over `gpcs`
+    GPCs (cluster c on GPC c mod gpcs, as sessions 40-41 saw for 1- and 2-CTA clusters on the H200: not
+    exactly, docs/PERF.md session 41): each GPC's clusters take neighbouring positions, GPC 0's first."""
+    if gpcs < 1 or clusters < 1:
+        raise TrialError(f"--interleave {gpcs}:{clusters}: both must be >= 1 (GPCS:CLUSTERS, e.g. 8:66)")
+    order = sorted(range(clusters), key=lambda c: (c % gpcs, c // gpcs))
+    perm = [0] * clusters
+    for position, cluster in enumerate(order):
+        perm[cluster] = position
+    return perm
+
+
+def parse_interleave(text: str) -> tuple[int, int]:
+    """'G:C' -> (G, C) for `interleaved_perm`."""
+    try:
+        gpcs, clusters = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--interleave {text!r}: expected GPCS:CLUSTERS such as 8:66"
+        ) from None
+    return gpcs, clusters
 
 
 def read_table(path: Path) -> list[int]:
@@ -319,6 +348,8 @@ def build(args) -> None:
     manifest = read_manifest(Path(args.wheel))
     check_shipped(manifest, args.instance)  # before the compiles
     perm = read_table(Path(args.table)) if args.table else None
+    if args.interleave:
+        perm = interleaved_perm(*args.interleave)
     ptxas = find_ptxas(args.ptxas)
     ptxs = instance_ptxs(args.instance)
     cubins = {iid: assemble(apply_patch(ptx, args.patch, perm), ptxas) for iid, ptx in ptxs.items()}
@@ -455,7 +486,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--instance", action="append", required=True)
     b.add_argument("--out", required=True)
     b.add_argument("--patch", choices=PATCHES, default="none")
-    b.add_argument("--table", help='renumber-clusters: JSON {"perm": [...]}')
+    perm = b.add_mutually_exclusive_group()
+    perm.add_argument("--table", help='renumber-clusters: JSON {"perm": [...]}')
+    perm.add_argument(
+        "--interleave",
+        type=parse_interleave,
+        metavar="GPCS:CLUSTERS",
+        help="renumber-clusters: the permutation for CLUSTERS clusters dealt round-robin over GPCS GPCs",
+    )
     b.add_argument("--ptxas")
     t = sub.add_parser("timeline", help="launch a --patch timeline build once and summarize its loads")
     t.add_argument("--kernel-dir", required=True)

@@ -202,6 +202,32 @@ def test_build_errors_are_one_line(tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # refused before any compile or write
 
 
+def test_the_interleaved_permutation_gives_each_gpcs_clusters_neighbouring_positions():
+    """Clusters dealt round-robin over 8 GPCs: cluster c runs on GPC c % 8, and each GPC's clusters
+    (c, c + 8, ...) take consecutive walk positions, GPC 0's first; any cluster count."""
+    for clusters in (8, 66, 132, 13):
+        perm = pt.interleaved_perm(8, clusters)
+        assert sorted(perm) == list(range(clusters))  # renumber_clusters accepts it
+        for gpc in range(8):
+            positions = [perm[c] for c in range(gpc, clusters, 8)]
+            assert positions == list(range(positions[0], positions[0] + len(positions)))
+    assert pt.interleaved_perm(8, 66)[:3] == [0, 9, 18] and pt.interleaved_perm(8, 66)[8] == 1
+    assert pt.interleaved_perm(1, 5) == [0, 1, 2, 3, 4]  # one GPC: the walk as it is
+    with pytest.raises(pt.TrialError, match=">= 1"):
+        pt.interleaved_perm(0, 66)
+
+
+def test_interleave_is_parsed_and_excludes_a_table(capsys):
+    assert pt.parse_interleave("8:66") == (8, 66)
+    with pytest.raises(SystemExit):
+        pt.main(["build", "--wheel", "w.whl", "--instance", "x", "--out", "o", "--patch", "renumber-clusters",
+                 "--table", "t.json", "--interleave", "8:66"])  # fmt: skip
+    assert "not allowed with" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pt.main(["build", "--wheel", "w.whl", "--instance", "x", "--out", "o", "--interleave", "8"])
+    assert "GPCS:CLUSTERS" in capsys.readouterr().err
+
+
 def test_the_renumbering_table_is_checked(tmp_path):
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps({"perm": [1, 0]}))
