@@ -221,11 +221,9 @@ def held_out_scores(
         gpu, pdl_key = _gpu(c.gpu), c.cls + PDL_SUFFIX
         key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls
         pick = table.lookup(gpu, key, c.m, c.n, c.k, c.batch, set(c.times))
-        if pick is None:
-            out.append((c, _score(c.m, c.n, c.k, c.times, None)))
-            continue
-        walk_us = c.walk_times.get((pick.instance_id, pick.raster_along_m, pick.group_size))
-        out.append((c, _score(c.m, c.n, c.k, c.times, pick.instance_id, walk_us)))
+        picked = pick.instance_id if pick else None
+        walk_us = c.walk_times.get((picked, pick.raster_along_m, pick.group_size)) if pick else None
+        out.append((c, _score(c.m, c.n, c.k, c.times, picked, walk_us)))
     return out
 
 
