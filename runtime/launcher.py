@@ -2,7 +2,7 @@
 ``kernelParams`` arrays, and what a failed ``cuLaunchKernelEx`` means.
 
 A launch needs a ``CUlaunchConfig`` (grid, block, dynamic shared memory, stream, and the cluster-dimension
-attribute) and ``kernelParams``, a ``void**`` whose i-th entry points at parameter i inside the packed
+attribute where the cluster holds more than one CTA: `launches_as_cluster`) and ``kernelParams``, a ``void**`` whose i-th entry points at parameter i inside the packed
 parameter buffer (each parameter at its manifest offset). Building the config costs ~3 µs in cuda-bindings
 and the pointer array ~1.2 µs (CPU dev box, 2026-11-29), as much as the launch itself: on the H200 host
 (2026-11-29, tiny kernel, 20k launches, driver 580, cuda-bindings 12.9.10 / 13.3.1) a bare cuLaunchKernelEx
@@ -17,6 +17,7 @@ launches can be captured.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 
 from .driver import result_name
@@ -29,17 +30,40 @@ STALE_RESULTS = frozenset(
 )
 
 
+def launches_as_cluster(record) -> bool:
+    """Whether a launch of ``record`` carries the cluster-dimension attribute: only where its cluster holds
+    more than one CTA. A kernel of 1x1 clusters launches as a plain grid, which runs the same CTAs (PTX
+    treats a CTA launched outside a cluster as a cluster of one: %clusterid is %ctaid, cluster barriers
+    and multicast masks cover the CTA alone) but starts faster: on the H200 (2026-12-04, docs/PERF.md
+    session 44), gemm() with 1x1 picks took 0.979 of the time of the same kernels launched as 1x1
+    clusters (20 shapes, two processes; up to 0.92 on memory-bound decode shapes), while picks of larger
+    clusters, unchanged, ran at 0.997-1.003. The DSL's own host code launches 1x1 clusters as clusters;
+    the manifest's ``cluster`` stays the kernel's, and the occupancy query still names it
+    (runtime/loader.py)."""
+    return math.prod(record.cluster) > 1
+
+
 def build_config(
-    cu, record, grid: tuple[int, int, int], stream: int, programmatic_serialization: bool = False
+    cu,
+    record,
+    grid: tuple[int, int, int],
+    stream: int,
+    programmatic_serialization: bool = False,
+    *,
+    cluster_attribute: bool | None = None,
 ):
     """A new ``CUlaunchConfig`` for ``record`` (an ``InstanceRecord``) on ``grid`` and ``stream`` (an int
-    handle)."""
+    handle). ``cluster_attribute``: whether to name the cluster dimension (default: `launches_as_cluster`;
+    an occupancy query needs it whatever the cluster)."""
+    if cluster_attribute is None:
+        cluster_attribute = launches_as_cluster(record)
     attrs = []
-    cluster = cu.CUlaunchAttribute()
-    cluster.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    dim = cluster.value.clusterDim
-    dim.x, dim.y, dim.z = record.cluster
-    attrs.append(cluster)
+    if cluster_attribute:
+        cluster = cu.CUlaunchAttribute()
+        cluster.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dim = cluster.value.clusterDim
+        dim.x, dim.y, dim.z = record.cluster
+        attrs.append(cluster)
     if programmatic_serialization:
         # Lets this kernel start before its stream predecessor finishes; only correct for a kernel
         # that waits on it (griddepcontrol.wait), hence opt-in per launch.

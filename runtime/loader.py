@@ -121,7 +121,9 @@ class KernelCache:
                         "cuFuncSetAttribute",
                         iid,
                     )
-                one_cluster = build_config(cu, rec, rec.cluster, 0)  # occupancy of the launch shape
+                # Occupancy of the launch shape: the query needs the cluster size even for a 1x1 cluster,
+                # which launches as a plain grid (`launches_as_cluster`) with as many CTAs resident.
+                one_cluster = build_config(cu, rec, rec.cluster, 0, cluster_attribute=True)
                 clusters = int(
                     check(
                         cu.cuOccupancyMaxActiveClusters(fn, one_cluster), "cuOccupancyMaxActiveClusters", iid

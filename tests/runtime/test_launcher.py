@@ -88,6 +88,21 @@ def test_programmatic_serialization_attribute(fake, rt, rec):
     assert attrs[1].value.programmaticStreamSerializationAllowed == 1
 
 
+def test_a_1x1_cluster_launches_as_a_plain_grid(fake, rt):
+    """No cluster-dimension attribute for a kernel of 1x1 clusters (`launches_as_cluster`): the same CTAs,
+    faster to start (docs/PERF.md session 44); PDL's attribute is still set when asked for."""
+    fake.param_sizes = tuple(p.size for p in rt.manifest.record(IDS[1]).params)
+    runtime.launch(IDS[1], (A, B, D), 0, **SHAPE)
+    runtime.launch(IDS[1], (A, B, D), 0, **SHAPE, pdl=True)
+    plain, chained = fake.launches
+    assert plain.grid == (2, 1, 1) and plain.attrs == []  # two 128 x 256 tiles, one CTA each
+    assert [a.id for a in chained.attrs] == [
+        fake.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    ]
+    assert launcher.launches_as_cluster(rt.manifest.record(IDS[1])) is False
+    assert launcher.launches_as_cluster(rt.manifest.record(IDS[0])) is True
+
+
 def test_launch_failure_carries_call_and_instance_and_is_not_retried(fake, rt, rec):
     runtime.launch(IDS[0], (A, B, D), 0, **SHAPE)
     fake.fail("cuLaunchKernelEx", "CUDA_ERROR_ILLEGAL_ADDRESS")
@@ -174,6 +189,10 @@ def test_config_from_real_bindings_structs():
     assert cluster.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
     assert (cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z) == (2, 1, 1)
     assert pss.value.programmaticStreamSerializationAllowed == 1
+    one = SimpleNamespace(cluster=(1, 1, 1), block=(384, 1, 1), smem_bytes=232448)
+    assert launcher.build_config(cu, one, (132, 1, 1), 0).numAttrs == 0
+    (named,) = launcher.build_config(cu, one, (1, 1, 1), 0, cluster_attribute=True).attrs
+    assert (named.value.clusterDim.x, named.value.clusterDim.y, named.value.clusterDim.z) == (1, 1, 1)
 
 
 def overhead(fake, iid: str, stream: int, n: int = 20000) -> tuple[float, float]:

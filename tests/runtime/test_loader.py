@@ -102,6 +102,16 @@ def test_max_active_clusters_computed_once_with_the_right_config(fake, rt):
     assert (attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z) == (2, 1, 1)
 
 
+def test_the_occupancy_query_names_a_1x1_cluster(fake, rt):
+    """A 1x1 cluster launches without the cluster attribute (runtime/launcher.py `launches_as_cluster`),
+    but cuOccupancyMaxActiveClusters needs the cluster size in its config."""
+    KernelCache(rt).get(fake.ctx(0), IDS[1])
+    ((_, cfg),) = fake.args("cuOccupancyMaxActiveClusters")
+    (attr,) = cfg.attrs
+    assert attr.id == fake.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z) == (1, 1, 1)
+
+
 def test_zero_clusters_fit(fake, rt):
     fake.max_active_clusters = 0
     with pytest.raises(HgemmError, match="not one cluster") as e:
