@@ -317,9 +317,10 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
             report.add(
                 "WARN",
                 "tuning",
-                f"{g}: {_n(f.stale, 'grid point')} timed with other cubins than the installed ones (a kernel "
-                "changed after the table was measured): select() still uses those times, which may "
-                "misjudge the changed instances",
+                f"{g}: {_n(f.stale, 'grid point')} timed with other cubins than the installed ones, or "
+                "under other launch rules (a kernel or runtime/launcher.py `LAUNCH_RULES` changed after "
+                "the table was measured): select() still uses those times, which may misjudge the "
+                "changed instances",
                 fix="re-time them on that GPU: python -m build_tools.tune --stale (docs/DISPATCH.md)",
             )
     shipped = {ProblemClass.of(spec).key for spec in catalog.specs.values()} if catalog else set()
@@ -356,7 +357,7 @@ def _timed_with(f) -> str:
     """One GPU's `tuning.Freshness` in words."""
     parts = [f"{f.fresh} timed with the installed cubins"]
     if f.stale:
-        parts.append(f"{f.stale} with other cubins")
+        parts.append(f"{f.stale} with other cubins or launch rules")
     if f.unknown:
         parts.append(f"{f.unknown} without a record of them or naming instances not installed")
     return ", ".join(parts)

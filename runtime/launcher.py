@@ -30,6 +30,13 @@ STALE_RESULTS = frozenset(
 )
 
 
+# The launch rules that change a kernel's speed without changing its cubin, in words. The tuning table
+# stamps each point's times with them (runtime/tuning.py `kernels_digest`), so a change here makes every
+# point stale: `python -m build_tools.tune --stale` re-times them and `doctor` counts them until then.
+# Before 2026-12-04 (unrecorded) every launch named its cluster.
+LAUNCH_RULES = "1x1 clusters launch as plain grids"
+
+
 def launches_as_cluster(record) -> bool:
     """Whether a launch of ``record`` carries the cluster-dimension attribute: only where its cluster holds
     more than one CTA. A kernel of 1x1 clusters launches as a plain grid, which runs the same CTAs (PTX
@@ -39,7 +46,7 @@ def launches_as_cluster(record) -> bool:
     clusters (20 shapes, two processes; up to 0.92 on memory-bound decode shapes), while picks of larger
     clusters, unchanged, ran at 0.997-1.003. The DSL's own host code launches 1x1 clusters as clusters;
     the manifest's ``cluster`` stays the kernel's, and the occupancy query still names it
-    (runtime/loader.py)."""
+    (runtime/loader.py). Changing this rule means changing `LAUNCH_RULES`."""
     return math.prod(record.cluster) > 1
 
 

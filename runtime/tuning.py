@@ -21,9 +21,9 @@ the H200 table of 2026-12-03, and a first `select()` (which reads the file and p
 about) spent ~165 ms on it against ~50 ms, on the 2-core CPU box (docs/PERF.md session 33); a re-tune's
 diff was one line per time, now one per point. `load` and `TuningTable.from_json` take either version.
 
-``kernels`` (optional) names the cubins the times were measured with (`kernels_digest`); the lookup
-ignores it, `python -m build_tools.tune --stale` re-times the points whose cubins changed, and
-`python -m hgemm_sm90 doctor` reports them (`TuningTable.freshness`).
+``kernels`` (optional) names the cubins and launch rules the times were measured with (`kernels_digest`);
+the lookup ignores it, `python -m build_tools.tune --stale` re-times the points whose cubins or launch
+rules changed, and `python -m hgemm_sm90 doctor` reports them (`TuningTable.freshness`).
 
 A class key may end in ``@pdl`` (`PDL_SUFFIX`): that class's rows timed in chains of launches with
 programmatic dependent launch (``pdl=True, b_ready=True``), for decode sizes only (M up to
@@ -72,6 +72,7 @@ from dataclasses import dataclass
 
 from . import model
 from .errors import CorruptArtifactError
+from .launcher import LAUNCH_RULES
 from .spec import GemmSpec
 
 TABLE_NAME = "tuning.json"
@@ -122,8 +123,8 @@ class Point:
     times: tuple[tuple[Candidate, float], ...]
     cublas_us: float | None = None
     finalists: int | None = None  # how many of the fastest entries were re-timed in full rounds
-    # Which cubins the times were measured with: a digest of the timed instances' cubin sha256s
-    # (`kernels_digest`), so `tune --stale` finds the points a kernel change made stale.
+    # Which cubins (and launch rules) the times were measured with: a digest of the timed instances' cubin
+    # sha256s (`kernels_digest`), so `tune --stale` finds the points a kernel change made stale.
     # None: not recorded (points timed before session 19, the grouped classes' points), or carried over
     # from stale times.
     kernels: str | None = None
@@ -217,16 +218,19 @@ class Freshness:
     """`TuningTable.freshness` for one GPU: point counts by what their ``kernels`` record says."""
 
     fresh: int  # timed with the installed cubins
-    stale: int  # timed with other cubins of the same instances
+    stale: int  # timed with other cubins of the same instances, or under other launch rules
     unknown: int  # no record, or names an instance this installation lacks
 
 
 def kernels_digest(ids, hashes: dict[str, str]) -> str:
-    """What a point's times were measured with: 16 hex digits of the sha256 over the cubin sha256s of the
-    instances ``ids`` that ``hashes`` (instance id -> cubin sha256) knows. A kernel change that alters any
-    of their cubins changes it; adding an instance to the matrix does not (build_tools/tune.py times the
-    new instance at the points that lack it)."""
-    lines = "".join(f"{iid} {hashes[iid]}\n" for iid in sorted(set(ids)) if iid in hashes)
+    """What a point's times were measured with: 16 hex digits of the sha256 over the launch rules
+    (runtime/launcher.py `LAUNCH_RULES`) and the cubin sha256s of the instances ``ids`` that ``hashes``
+    (instance id -> cubin sha256) knows. A kernel change that alters any of their cubins changes it, and so
+    does a change of the launch rules; adding an instance to the matrix does not (build_tools/tune.py times
+    the new instance at the points that lack it)."""
+    lines = f"launch rules: {LAUNCH_RULES}\n" + "".join(
+        f"{iid} {hashes[iid]}\n" for iid in sorted(set(ids)) if iid in hashes
+    )
     return hashlib.sha256(lines.encode()).hexdigest()[:16]
 
 

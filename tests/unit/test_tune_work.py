@@ -240,6 +240,17 @@ def test_the_kernels_digest_changes_with_a_timed_cubin_not_with_an_added_instanc
     assert tune.stale({**point, "kernels": base}, {**HASHES, "a": "e" * 64})
 
 
+def test_a_change_of_the_launch_rules_makes_every_point_stale(monkeypatch):
+    """The same cubins launched under other rules (runtime/launcher.py `LAUNCH_RULES`, e.g. 1x1 clusters as
+    plain grids) run at other speeds: the digest records the rules, so `tune --stale` re-times the points."""
+    from runtime import tuning
+
+    point = {"m": 1, "n": 2, "k": 3, "times": [["a", None, None, 1.0]], "kernels": kernels_digest(["a"], HASHES)}
+    assert not tune.stale(point, HASHES)
+    monkeypatch.setattr(tuning, "LAUNCH_RULES", tuning.LAUNCH_RULES + ", and another")
+    assert kernels_digest(["a"], HASHES) != point["kernels"] and tune.stale(point, HASHES)
+
+
 def test_stale_points_are_worked_only_with_the_stale_flag():
     shapes = [s for s in tune.grid() if s.m >= 256][:2]
     key = "bf16_bf16_bf16_kkn"
