@@ -2,8 +2,9 @@
 ``kernelParams`` arrays, and what a failed ``cuLaunchKernelEx`` means.
 
 A launch needs a ``CUlaunchConfig`` (grid, block, dynamic shared memory, stream, and the cluster-dimension
-attribute where the cluster holds more than one CTA: `launches_as_cluster`) and ``kernelParams``, a ``void**`` whose i-th entry points at parameter i inside the packed
-parameter buffer (each parameter at its manifest offset). Building the config costs ~3 µs in cuda-bindings
+attribute where the cluster holds more than one CTA: `launches_as_cluster`) and ``kernelParams``, a
+``void**`` whose i-th entry points at parameter i inside the packed parameter buffer (each parameter at
+its manifest offset). Building the config costs ~3 µs in cuda-bindings
 and the pointer array ~1.2 µs (CPU dev box, 2026-11-29), as much as the launch itself: on the H200 host
 (2026-11-29, tiny kernel, 20k launches, driver 580, cuda-bindings 12.9.10 / 13.3.1) a bare cuLaunchKernelEx
 with prebuilt arguments took 4.8-5.0 µs per call. So neither is built per call: a config lives in the

@@ -245,7 +245,8 @@ def test_a_change_of_the_launch_rules_makes_every_point_stale(monkeypatch):
     plain grids) run at other speeds: the digest records the rules, so `tune --stale` re-times the points."""
     from runtime import tuning
 
-    point = {"m": 1, "n": 2, "k": 3, "times": [["a", None, None, 1.0]], "kernels": kernels_digest(["a"], HASHES)}
+    times = [["a", None, None, 1.0]]
+    point = {"m": 1, "n": 2, "k": 3, "times": times, "kernels": kernels_digest(["a"], HASHES)}
     assert not tune.stale(point, HASHES)
     monkeypatch.setattr(tuning, "LAUNCH_RULES", tuning.LAUNCH_RULES + ", and another")
     assert kernels_digest(["a"], HASHES) != point["kernels"] and tune.stale(point, HASHES)
