@@ -103,7 +103,7 @@ def renumber_clusters(ptx: str, perm: list[int]) -> tuple[str, int]:
 def instrument_tma_issue(ptx: str) -> tuple[str, int]:
     """Record each TMA load's issue (before the instruction) and each warp's entry and exit.
 
-    hg_ev[cta][slot] = (%globaltimer, tag); tag = c0 | c1 << 20 | param << 48 | smid << 56 for a load (c0,
+    hg_ev[cta][slot] = (%globaltimer, tag); tag = c0 | c1 << 20 | smid << 40 | param << 48 for a load (c0,
     c1: the box's first two coordinates; param: the kernel parameter index of its tensor map), and
     1 << 63 | kind for entry (kind 0) and exit (kind 1). Loads take slots in issue order through a shared
     counter (zeroed at entry, before the CTA barrier that precedes any load)."""
@@ -190,9 +190,11 @@ def _stamp_load(m: re.Match, param: int) -> list[str]:
         f"{guard}atom.shared.add.u32 %hgi, [hg_n], 1;",
         f"min.u32 %hgi, %hgi, {LOAD_SLOTS - 1};",
         *_SLOT_STORE,
+        # %smid below bit 48: at bit 56 (until 2026-12-04) SMs 128-131 set bit 63, the warp events' flag.
         "mov.u32 %hgs, %smid;",
+        "and.b32 %hgs, %hgs, 255;",
         "cvt.u64.u32 %hgx, %hgs;",
-        "shl.b64 %hgx, %hgx, 56;",
+        "shl.b64 %hgx, %hgx, 40;",
         f"or.b64 %hgx, %hgx, {param << 48};",
         f"cvt.u64.u32 %hgy, {m.group('c1')};",
         "and.b64 %hgy, %hgy, 1048575;",
@@ -374,6 +376,10 @@ class Event:
     @property
     def box(self) -> tuple[int, int, int]:  # (param, c0, c1)
         return (self.tag >> 48) & 0xFF, self.tag & 0xFFFFF, (self.tag >> 20) & 0xFFFFF
+
+    @property
+    def smid(self) -> int:  # the SM that issued a load
+        return (self.tag >> 40) & 0xFF
 
 
 def decode(words: list[int]) -> list[Event]:

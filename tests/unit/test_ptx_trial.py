@@ -149,7 +149,7 @@ def _words(events):
 
 
 def _load(param, c0, c1, smid=0):
-    return c0 | c1 << 20 | param << 48 | smid << 56
+    return c0 | c1 << 20 | smid << 40 | param << 48
 
 
 def test_the_timeline_reports_phases_and_how_closely_a_box_s_loaders_issue_it():
@@ -159,13 +159,15 @@ def test_the_timeline_reports_phases_and_how_closely_a_box_s_loaders_issue_it():
         events += [(cta, pt.ENTRY_SLOT, start, entry), (cta, pt.EXIT_SLOT + 4, start + 5000, exit_)]
         # both CTAs load the same two A boxes (param 0): 50 ns apart for k 0, 250 ns apart for k 64
         events += [
-            (cta, 0, start + 400, _load(0, 0, 128)),
+            (cta, 0, start + 400, _load(0, 0, 128, smid=131)),  # SMs 128-131 too are loads
             (cta, 1, start + 650 + 150 * cta, _load(0, 64, 128)),
         ]
         events += [(cta, 2, start + 420, _load(2, 0, 128 * cta))]  # B boxes differ: one loader each
     ev = pt.decode(_words(events))
     assert len(ev) == 10 and {e.cta for e in ev} == {0, 1}
     assert ev[0].box == (0, 0, 128) or not ev[0].is_load
+    first_loads = [e for e in ev if e.is_load and e.box == (0, 0, 128)]
+    assert len(first_loads) == 2 and {e.smid for e in first_loads} == {131}
     lines = pt.summarize(ev)
     assert lines[0].startswith("2 CTAs, kernel span 5100 ns")
     assert "first load after its start 400 / 400 ns" in lines[0]
