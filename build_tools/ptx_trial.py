@@ -19,18 +19,19 @@ Patches:
   (a permutation of range(#clusters): valid for launches of exactly that many clusters), e.g. to give the
   clusters that the hardware places on one GPC neighbouring positions of the walk. `--interleave G:C`
   instead of a table: the permutation for C clusters dealt round-robin over G GPCs (`interleaved_perm`),
-  no measured placement needed: whether that static rule, which a kernel could compute from its cluster id,
-  gets the measured table's gain is the question before a shippable GPC-aware walk (docs/KERNEL.md).
+  the static rule a kernel could compute from its cluster id (session 44: it does not match the hardware's
+  dealing and ran slower, docs/KERNEL.md).
 - `timeline`: every TMA load records (%globaltimer, coordinates, operand, %smid) into a module global, and
   each warp its entry and exit; `timeline` launches the instance once and prints when each CTA started,
   issued its first load and ended, and how closely the CTAs that load the same box issue it (the L2
   request coalescer merges identical reads that arrive together: docs/KERNEL.md).
 
-What these patches showed on the H200 (docs/PERF.md, session 41, measured with the session's scripts that
-this tool packages; the `timeline` subcommand in this form has not yet run on a GPU): the cache hint
-changes nothing; CTAs loading the same box issue it within ~100-350 ns of each other; clusters renumbered
-so that each GPC's clusters hold neighbouring tiles raise the coalescer's merged share from 14-36% to
-38-62% and cut 1.3-2.5% of the time at 1255 x 1664 x 6528.
+What these patches showed on the H200 (docs/PERF.md, sessions 41 and 44): the cache hint changes nothing;
+CTAs loading the same box issue it within ~100-350 ns of each other; clusters renumbered so that each
+GPC's clusters hold neighbouring tiles raise the coalescer's merged share from 14-36% to 38-62% and cut
+2-3% of the time of 128 x 128 1x1 ping-pong at 1255 x 1664 x 6528 and 1180 x 1600 x 3072, but nothing
+(128 x 128, 192 x 128) or 1-6% more (64 x 128) on six problems of M 357-941, and the static
+round-robin rule (`--interleave`) ran 3% slower: not a general lead (session 44).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def launches_as_cluster(record) -> bool:
     and multicast masks cover the CTA alone) but starts faster: on the H200 (2026-12-04, docs/PERF.md
     session 44), gemm() with 1x1 picks took 0.979 of the time of the same kernels launched as 1x1
     clusters (20 shapes, two processes; up to 0.92 on memory-bound decode shapes), while picks of larger
-    clusters, unchanged, ran at 0.997-1.003. The DSL's own host code launches 1x1 clusters as clusters;
+    clusters, unchanged, ran at 0.994-1.003. The DSL's own host code launches 1x1 clusters as clusters;
     the manifest's ``cluster`` stays the kernel's, and the occupancy query still names it
     (runtime/loader.py). Changing this rule means changing `LAUNCH_RULES`."""
     return math.prod(record.cluster) > 1
