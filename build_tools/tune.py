@@ -15,9 +15,12 @@ all again). At a point that only lacks instances added since, just those and the
 timed, and the point's other times are carried over on the new run's scale (`fill_candidates`,
 `merge_point`): adding a few instances costs a fraction of a full run. Each point records which cubins
 its times were measured with (runtime/tuning.py `kernels_digest` of its instances' cubin sha256s, since
-session 19); after a kernel change `--stale` also times again, in full, the points measured with other
-cubins (or that do not say), and resumes the same way. A progress line per point says how far it is and
-how long is left.
+session 19) and under which launch rules (runtime/launcher.py `LAUNCH_RULES`, since session 44); after a
+kernel change `--stale` also times again, in full, the points measured with other cubins or rules (or that
+do not say), and resumes the same way. Where the change touched known instances only (`--changed GLOB`,
+e.g. `'*_c1x1_*'` after 1x1 clusters began to launch as plain grids), a stale point times just those and
+its finalists among the others, and carries the others' times over (`without_changed`). A progress line
+per point says how far it is and how long is left.
 
 The grid (`GRID_M` x `GRID_NK`, minus points above `MAX_TFLOP`): M log-spaced from 1 to 16384; (N, K) the
 projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 4096 x 4096, gate+up
@@ -35,6 +38,7 @@ shipped and dispatched / cuBLAS, and gemm()'s host cost.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import gzip
 import importlib
 import json
@@ -258,6 +262,30 @@ def stale(point: dict, hashes: dict[str, str]) -> bool:
     return timed_with(point.get("kernels"), (t[0] for t in point["times"]), hashes) is not True
 
 
+def without_changed(point: dict, changed: set[str]) -> dict:
+    """A stale point with every entry of the ``changed`` instances dropped (their walk overrides too), for
+    `--changed`: `fill_candidates` then times those instances again with the point's finalists among the
+    unchanged ones, whose old and new times put the carried-over entries on the new run's scale
+    (`merge_point`); a changed instance must not be such an anchor, its speed is what changed. The walks
+    dropped come back with build_tools/tune_walks.py."""
+    return {**point, "times": [t for t in point["times"] if t[0] not in changed]}
+
+
+def changed_instances(patterns: list[str], shipped: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Class key -> its shipped instances matching any of ``patterns`` (fnmatch globs of instance ids);
+    a pattern that matches no shipped instance is a mistake (a typo would re-time nothing) and raises."""
+    out = {
+        ck: {i for i in ids if any(fnmatch.fnmatchcase(i, pat) for pat in patterns)}
+        for ck, ids in shipped.items()
+    }
+    for pat in patterns:
+        if not any(fnmatch.fnmatchcase(i, pat) for ids in shipped.values() for i in ids):
+            raise SystemExit(
+                f"tune: --changed {pat!r} matches no shipped instance; give a glob of instance ids"
+            )
+    return out
+
+
 def fill_candidates(point: dict | None, shipped: set[str], top: int) -> set[str]:
     """The instances of one class (``shipped``: its ids) to time at a grid point: all of them for a point
     the table lacks (or --retime times afresh: None); for a point that only lacks instances added since it
@@ -391,6 +419,7 @@ def tune(args) -> int:
     for inst in instances:
         shipped.setdefault(class_key(inst), set()).add(inst.id)
     hashes = cubin_hashes(hg)
+    changed = changed_instances(args.changed, shipped) if args.changed else None
     work = work_list(args, classes, shipped, hashes if args.stale else None)
     held_count = 0 if args.retime else sum(len(points) for points in classes.values())
     print(f"tune: {key}, {len(work)} points to time ({held_count} class points already in {args.out})")
@@ -402,20 +431,25 @@ def tune(args) -> int:
             todo = {}
             for ck, _ in tuned_classes(args, combo):
                 held = None if args.retime else held_point(classes.get(row_key(args, ck), ()), shape)
+                renewed = False  # the run re-times whatever made the point stale
                 if args.stale and held is not None and stale(held, hashes):
-                    held = None  # timed with other cubins: all of it afresh
+                    if changed is None:
+                        held = None  # timed with other cubins or rules: all of it afresh
+                    else:  # only the changed instances (and the finalists as anchors)
+                        held, renewed = without_changed(held, changed.get(ck, set())), True
                 ids = fill_candidates(held, shipped.get(ck, set()), args.top)
                 if ids:  # none: this class is up to date here (another class of the combo is not)
-                    todo[ck] = (held, ids)
-            wanted = set().union(*(ids for _, ids in todo.values()))
+                    todo[ck] = (held, ids, renewed)
+            wanted = set().union(*(ids for _, ids, _ in todo.values()))
             cands = [i for i in instances if i.id in wanted]
             res = bench.bench_shape(torch, hg, shape, combo, cands, bench_args(args), stream, env)
             for ck, series in tuned_classes(args, combo):
                 if ck not in todo:
                     continue
                 point = table_point(shape, [r for r in res["runners"] if r["series"] == series])
-                held = todo[ck][0]
-                fresh = held is None or not stale(held, hashes)  # carried-over times stay stale
+                held, _, renewed = todo[ck]
+                # Carried-over times stay stale, unless --changed says the change spared their instances.
+                fresh = held is None or renewed or not stale(held, hashes)
                 if held is not None:
                     point = merge_point(held, point)
                 if fresh:  # ordered as runtime/tuning.py `Point.to_json` writes a point
@@ -505,8 +539,16 @@ def parse_args(argv: list[str]):
     p.add_argument(
         "--stale",
         action="store_true",
-        help="tune: also time again the points the table holds from other cubins (after a kernel change; "
-        "resumable)",
+        help="tune: also time again the points the table holds from other cubins or launch rules (after "
+        "a kernel or launch change; resumable)",
+    )
+    p.add_argument(
+        "--changed",
+        nargs="+",
+        metavar="GLOB",
+        default=None,
+        help="tune --stale: the change touched only these instances (fnmatch globs of ids, e.g. "
+        "'*_c1x1_*'): a stale point times them and its finalists, and carries the others' times over",
     )
     p.add_argument(
         "--suite",
@@ -527,6 +569,8 @@ def parse_args(argv: list[str]):
         "instance",
     )
     args = p.parse_args(argv)
+    if args.changed and not args.stale:
+        p.error("--changed narrows --stale: give both (e.g. --stale --changed '*_c1x1_*')")
     args.argv = argv
     return args
 

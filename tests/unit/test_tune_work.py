@@ -267,6 +267,56 @@ def test_stale_points_are_worked_only_with_the_stale_flag():
     assert shapes[0] not in work and shapes[1] not in work
 
 
+def test_stale_with_changed_times_the_changed_instances_and_anchors_only(tmp_path, monkeypatch, fake_tuner):
+    """`tune --stale --changed GLOB` (a change that touched known instances, such as the launch rule for 1x1
+    clusters): at a stale point it times the matching instances and the point's finalists among the
+    others, carries the others over on the new run's scale, drops the changed instances' old walk entries,
+    and stamps the point as timed with the installed cubins and rules."""
+    import types
+
+    shape = tune.grid()[0]
+    key = "bf16_bf16_bf16_kkn"
+    one, other = "t_c1x1_x", "t_c2x1_x"
+    old = {"m": shape.m, "n": shape.n, "k": shape.k, "cublas_us": 10.0, "finalists": 2, "kernels": "0" * 16,
+           "times": [[one, True, 4, 9.5], [one, None, None, 10.0], ["a", None, None, 10.5],
+                     ["b", None, None, 11.0], [other, None, None, 14.0]]}  # fmt: skip
+    out = tmp_path / "t.json"
+    out.write_text(json.dumps({"format": "hgemm-sm90-tuning", "version": 1,
+                               "gpus": {"FAKE/1": {"measured": {}, "classes": {key: [old]}}}}))  # fmt: skip
+    insts = [types.SimpleNamespace(id=i) for i in (one, other, "a", "b")]
+    hashes = {i.id: f"{n:064x}" for n, i in enumerate(insts)}
+    timed = []
+
+    def bench_shape(torch, hg, s, combo, cands, args, stream, env):
+        timed.append({i.id for i in cands})
+        us = {one: 9.0, "a": 11.55, "b": 12.1}  # 1.1x the old clocks; the changed instance got faster
+        runners = [{"kind": "hgemm", "series": "", "name": i.id, "median_ms": us[i.id] / 1e3,
+                    "screen_ms": [us[i.id] / 1e3], "error": None} for i in cands]  # fmt: skip
+        return {"runners": runners + [{"kind": "cublas", "series": "", "median_ms": 0.01}]}
+
+    env = {"date": "d", "torch": "t", "cuda_bindings": "c", "hgemm_sm90": "h", "smi_id": None}
+    fake_tuner(types.SimpleNamespace(instances=lambda: insts), env, key, bench_shape)
+    monkeypatch.setattr(tune, "cubin_hashes", lambda hg: hashes)
+    run = ["--out", str(out), "--dtype", "bf16", "--stale", "--changed", "*_c1x1_*", "--limit", "1"]
+    assert tune.tune(tune.parse_args(run)) == 0
+    assert timed == [{one, "a", "b"}]  # not `other`: carried over
+    (point,) = read_document(out)["gpus"]["FAKE/1"]["classes"][key]
+    assert [t[:3] for t in point["times"]] == [[one, None, None], ["a", None, None], ["b", None, None],
+                                               [other, None, None]]  # fmt: skip
+    assert point["times"][3][3] == pytest.approx(15.4)  # 14.0 on the new run's scale (a and b: 1.1x)
+    assert point["kernels"] == kernels_digest([one, other, "a", "b"], hashes)
+    assert not tune.stale(point, hashes)
+
+
+def test_changed_needs_stale_and_a_glob_that_matches(capsys):
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--changed", "*_c1x1_*"])
+    assert "--changed narrows --stale" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="matches no shipped instance"):
+        tune.changed_instances(["*_c9x9_*"], {"k": {"t_c1x1_x"}})
+    assert tune.changed_instances(["*_c1x1_*"], {"k": {"t_c1x1_x", "t_c2x1_x"}}) == {"k": {"t_c1x1_x"}}
+
+
 def test_evaluate_records_every_instance_time_for_the_offline_judge(tmp_path, monkeypatch, fake_tuner):
     """`evaluate` end to end with the GPU parts faked: each verdict of its JSON keeps every instance's
     time (finalists' medians, the screened-out ones on their scale), which is what
