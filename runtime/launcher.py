@@ -18,7 +18,6 @@ launches can be captured.
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 
 from .driver import result_name
@@ -48,7 +47,7 @@ def launches_as_cluster(record) -> bool:
     clusters, unchanged, ran at 0.994-1.003. The DSL's own host code launches 1x1 clusters as clusters;
     the manifest's ``cluster`` stays the kernel's, and the occupancy query still names it
     (runtime/loader.py). Changing this rule means changing `LAUNCH_RULES`."""
-    return math.prod(record.cluster) > 1
+    return record.cluster_size > 1
 
 
 def build_config(

@@ -181,7 +181,7 @@ def test_config_from_real_bindings_structs():
     """The attribute/field names used by build_config exist and behave as assumed in cuda-bindings
     (building structs needs no GPU)."""
     cu = pytest.importorskip("cuda.bindings.driver")
-    rec = SimpleNamespace(cluster=(2, 1, 1), block=(384, 1, 1), smem_bytes=232448)
+    rec = SimpleNamespace(cluster=(2, 1, 1), cluster_size=2, block=(384, 1, 1), smem_bytes=232448)
     cfg = launcher.build_config(cu, rec, (132, 1, 1), 0x1234, programmatic_serialization=True)
     assert (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ) == (132, 1, 1)
     assert (cfg.blockDimX, cfg.sharedMemBytes, int(cfg.hStream), cfg.numAttrs) == (384, 232448, 0x1234, 2)
@@ -189,7 +189,7 @@ def test_config_from_real_bindings_structs():
     assert cluster.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
     assert (cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z) == (2, 1, 1)
     assert pss.value.programmaticStreamSerializationAllowed == 1
-    one = SimpleNamespace(cluster=(1, 1, 1), block=(384, 1, 1), smem_bytes=232448)
+    one = SimpleNamespace(cluster=(1, 1, 1), cluster_size=1, block=(384, 1, 1), smem_bytes=232448)
     assert launcher.build_config(cu, one, (132, 1, 1), 0).numAttrs == 0
     (named,) = launcher.build_config(cu, one, (1, 1, 1), 0, cluster_attribute=True).attrs
     assert (named.value.clusterDim.x, named.value.clusterDim.y, named.value.clusterDim.z) == (1, 1, 1)
