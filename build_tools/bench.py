@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib
 import json
 import math
 import platform
@@ -352,6 +353,25 @@ def nvidia_smi(device_uuid: str | None) -> dict:
     )
 
 
+# The launch rules (runtime/launcher.py `LAUNCH_RULES`) of a run that did not record them: every run before
+# 2026-12-04, when every kernel launched with its cluster-dimension attribute, 1x1 clusters included.
+UNRECORDED_LAUNCH_RULES = "every launch names its cluster"
+
+
+def launch_rules(env: dict) -> str:
+    """The launch rules that a run's ``env`` (`environment`) was timed under: a 1x1 kernel's time depends on
+    them (docs/PERF.md session 45), so a draw timed under other rules judges the table wrongly."""
+    return env.get("launch_rules") or UNRECORDED_LAUNCH_RULES
+
+
+def installed_launch_rules(hg) -> str | None:
+    """The launch rules of the installed package ``hg`` (its launcher module's `LAUNCH_RULES`)."""
+    try:
+        return importlib.import_module(hg.__name__ + ".launcher").LAUNCH_RULES
+    except (ImportError, AttributeError):
+        return None
+
+
 def environment(torch, hg) -> dict:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     uuid = getattr(props, "uuid", None)
@@ -367,6 +387,7 @@ def environment(torch, hg) -> dict:
         "cuda_bindings": _dist_version("cuda-bindings"),
         "hgemm_sm90": _dist_version("hgemm-sm90"),
         "hgemm_sm90_path": getattr(hg, "__file__", None),
+        "launch_rules": installed_launch_rules(hg),
     }
 
 

@@ -1,5 +1,5 @@
 """`python -m build_tools.dispatch_loo [--table PATH] [--cls KEY] [--worst N] [--rows | --model-only]
-[--held-out FILE ...] [--set NAME=VALUE] [--changes]`:
+[--held-out FILE ... [--any-rules]] [--set NAME=VALUE] [--changes]`:
 how well dispatch's lookup predicts the fastest instance on (N, K) columns (or M rows) it has not seen,
 judged on a measured tuning table. No GPU.
 
@@ -32,7 +32,8 @@ since session 20; plain or `.gz`, as the repository keeps its draws in docs/eval
 (`python -m build_tools.bench --json`, every instance timed with --top), looked up in the table's rows
 for the GPU it was measured on and scored among the instances timed there. So a change to the lookup or
 the model is judged on past GPU draws, picks that the draw's own run did not make included, before a GPU
-confirms it.
+confirms it. A draw timed under launch rules other than the runtime's (runtime/launcher.py `LAUNCH_RULES`)
+is left out, and named, unless --any-rules: its 1x1 instances' times are not what they are now.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from pathlib import Path
 from build_tools import bench, tune
 from runtime import model
 from runtime.gpus import GpuId
+from runtime.launcher import LAUNCH_RULES
 from runtime.spec import GemmSpec
 from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, read_document, shipped_path
 
@@ -201,6 +203,34 @@ def held_out_cases_of(files: list[Path]) -> list[HeldOutCase]:
     return [c for f in files for c in held_out_cases(tune.read_json(f))]
 
 
+def held_out_draws(files: list[Path], any_rules: bool = False) -> tuple[list[HeldOutCase], list[Path]]:
+    """(the `held_out_cases` of ``files``, the files left out): a draw timed under launch rules other than
+    the runtime's (runtime/launcher.py `LAUNCH_RULES`, as the draw's env records them: build_tools/bench.py
+    `launch_rules`) is left out unless ``any_rules``. Its times rank the instances as those rules ran
+    them: launched as 1x1 clusters, the 1x1 instances ran up to 2x slower at large M (docs/PERF.md,
+    session 45), so such a draw scores a table timed under today's rules as if its 1x1 picks were
+    mistakes."""
+    cases: list[HeldOutCase] = []
+    left_out: list[Path] = []
+    for f in files:
+        doc = tune.read_json(f)
+        if any_rules or bench.launch_rules(doc.get("env", {})) == LAUNCH_RULES:
+            cases += held_out_cases(doc)
+        else:
+            left_out.append(f)
+    return cases, left_out
+
+
+def _print_left_out(left_out: list[Path]) -> None:
+    if left_out:
+        names = ", ".join(f.name for f in left_out)
+        print(
+            f"({len(left_out)} draws left out, timed under other launch rules (--any-rules takes them): ",
+            end="",
+        )
+        print(f"{names})")
+
+
 def held_out_scores(
     doc: dict, cases: list[HeldOutCase], model_only: bool = False
 ) -> list[tuple[HeldOutCase, PointScore]]:
@@ -228,11 +258,13 @@ def held_out_scores(
 
 
 def report_held_out(
-    doc: dict, files: list[Path], worst: int = 3, model_only: bool = False
+    doc: dict, files: list[Path], worst: int = 3, model_only: bool = False, any_rules: bool = False
 ) -> dict[str, float]:
-    """Print one line per GPU and class over the cases of `files` (and the `worst` of each); {"GPU
-    class": geomean}. model_only: score the cost model's picks instead of the table's."""
-    cases = held_out_cases_of(files)
+    """Print one line per GPU and class over the cases of `files` timed under the runtime's launch rules
+    (all with ``any_rules``: `held_out_draws`) and the `worst` of each; {"GPU class": geomean}.
+    model_only: score the cost model's picks instead of the table's."""
+    cases, left_out = held_out_draws(files, any_rules)
+    _print_left_out(left_out)
     scored = held_out_scores(doc, cases, model_only)
     groups: dict[str, list[PointScore]] = {}
     for c, s in scored:
@@ -262,9 +294,17 @@ def held_out_changes(
     return [(c, b, a) for (c, b), (_, a) in zip(before, after, strict=True) if a.picked != b.picked]
 
 
-def report_changes(doc: dict, files: list[Path], overrides: list[tuple[str, float]], model_only: bool) -> int:
-    """Print the held-out picks of `files` that `overrides` change and a summary; the number changed."""
-    cases = held_out_cases_of(files)
+def report_changes(
+    doc: dict,
+    files: list[Path],
+    overrides: list[tuple[str, float]],
+    model_only: bool,
+    any_rules: bool = False,
+) -> int:
+    """Print the held-out picks of `files` (those timed under the runtime's launch rules, all with
+    ``any_rules``) that `overrides` change and a summary; the number changed."""
+    cases, left_out = held_out_draws(files, any_rules)
+    _print_left_out(left_out)
     changed = held_out_changes(doc, cases, overrides, model_only)
     for c, b, a in changed:
         print(
@@ -362,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
         help="judge on these evaluate or bench JSONs (measured shapes off the grid) instead of leaving out",
     )
     ap.add_argument(
+        "--any-rules",
+        action="store_true",
+        help="with --held-out: judge on draws timed under other launch rules too (left out by default)",
+    )
+    ap.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -382,15 +427,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--changes needs --held-out FILE... and at least one --set NAME=VALUE")
     doc = read_document(args.table)
     if args.changes:
-        report_changes(doc, args.held_out, args.overrides, args.model_only)
+        report_changes(doc, args.held_out, args.overrides, args.model_only, args.any_rules)
         return 0
     with model_constants(args.overrides):
         if args.held_out:
-            scores = report_held_out(doc, args.held_out, args.worst, args.model_only)
+            scores = report_held_out(doc, args.held_out, args.worst, args.model_only, args.any_rules)
             if not scores:
                 print(
                     "dispatch_loo: no shape in these files records every instance's time (evaluate JSONs do "
-                    "since session 20; bench JSONs with --top)",
+                    "since session 20; bench JSONs with --top) under the runtime's launch rules (--any-rules "
+                    "takes draws timed under others)",
                     file=sys.stderr,
                 )
                 return 2
