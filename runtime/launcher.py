@@ -44,9 +44,10 @@ def launches_as_cluster(record) -> bool:
     and multicast masks cover the CTA alone) but starts faster: on the H200 (2026-12-04, docs/PERF.md
     session 44), gemm() with 1x1 picks took 0.979 of the time of the same kernels launched as 1x1
     clusters (20 shapes, two processes; up to 0.92 on memory-bound decode shapes), while picks of larger
-    clusters, unchanged, ran at 0.994-1.003. The DSL's own host code launches 1x1 clusters as clusters;
-    the manifest's ``cluster`` stays the kernel's, and the occupancy query still names it
-    (runtime/loader.py). Changing this rule means changing `LAUNCH_RULES`."""
+    clusters, unchanged, ran at 0.994-1.003; at M >= 4096 the 1x1 instances that dispatch did not pick then
+    run 5-11% faster (median per class, session 45: docs/KERNEL.md). The DSL's own host code launches 1x1
+    clusters as clusters; the manifest's ``cluster`` stays the kernel's, and the occupancy query still
+    names it (runtime/loader.py). Changing this rule means changing `LAUNCH_RULES`."""
     return record.cluster_size > 1
 
 
