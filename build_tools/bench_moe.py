@@ -196,6 +196,21 @@ def time_graphs(torch, graphs: dict, iters: int, reps: int, stream) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def record_provenance(results: list[dict], hg) -> None:
+    """Stamp each result with what its instances' times were measured with: the installed package's
+    launch rules and the cubin sha256 of every instance it timed (keys of ``us`` that the manifest knows).
+    build_tools/grouped_table.py turns them into each table point's `kernels` stamp, so `doctor` can tell a
+    grouped point timed with other cubins or launch rules, as it does the grid's (runtime/tuning.py
+    `kernels_digest`)."""
+    from build_tools import bench as dense_bench
+    from build_tools import tune
+
+    rules, hashes = dense_bench.installed_launch_rules(hg), tune.cubin_hashes(hg)
+    for r in results:
+        r["launch_rules"] = rules
+        r["cubins"] = {iid: hashes[iid] for iid in r.get("us", {}) if iid in hashes}
+
+
 def bench(torch, hg, p: Problem, dtype: str, fast: bool, iters: int, reps: int, stream) -> dict:
     sizes = routing(torch, p.tokens, p.experts, p.topk)
     ops = make_operands(torch, p, sizes, dtype)
@@ -575,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for name, why in r["skipped"].items():
                         print(f"    {name}: not timed ({why})")
+    record_provenance(results, hg)
     props = torch.cuda.get_device_properties(0)
     env = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),

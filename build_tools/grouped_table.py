@@ -6,7 +6,9 @@ over all the layer's groups; with --gather, every gathering instance too). Each 
 becomes one point of that class's key (e.g. ``bf16_bf16_bf16_kkn_varlenm``, or ``..._varlenm_gathera``):
 ``m`` is the layer's average rows per group (rounded up, as `select_grouped` computes it), ``n`` and ``k``
 one group's, ``times`` every instance the run timed that the default profile ships (kernel_specs.yaml; a
-trial build's extra instances are dropped, so regen's check of the table still holds). The classes the
+trial build's extra instances are dropped, so regen's check of the table still holds), and ``kernels``
+the stamp of the cubins and launch rules they were timed with (runtime/tuning.py `kernels_digest`), where
+the runs recorded them (bench_moe does since session 45) and agree. The classes the
 runs measured replace that GPU's points of those classes, and their record in ``measured["grouped"]``;
 every other class and GPU is kept. `select_grouped` reads them (runtime/tuning.py
 `TuningTable.lookup_grouped`).
@@ -44,6 +46,9 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
     # Repeated runs of one layer (say two rounds of the same command) make one point, each instance at the
     # geometric mean of its times: a layer listed twice would weigh twice in `lookup_grouped`.
     timings: dict[tuple[str, int, int, int], dict[str, list[float]]] = {}
+    # Per layer, what its results were timed with: (launch rules, instance id, cubin sha256) triples, with
+    # None for a result that recorded none (bench_moe before session 45).
+    provenance: dict[tuple[str, int, int, int], set] = {}
     for r in results:
         timed = {iid: us for iid, us in r.get("us", {}).items() if iid in shipped and us > 0}
         if not timed or "experts" not in r:
@@ -51,12 +56,19 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
         keys = {ProblemClass.of(GemmSpec.parse(iid)).key for iid in timed}
         if len(keys) != 1:
             raise SystemExit(f"grouped_table: {r['problem']} times several classes: {sorted(keys)}")
-        layer = timings.setdefault((keys.pop(), math.ceil(r["rows"] / r["experts"]), r["n"], r["k"]), {})
+        layer_key = (keys.pop(), math.ceil(r["rows"] / r["experts"]), r["n"], r["k"])
+        layer = timings.setdefault(layer_key, {})
         for iid, us in timed.items():
             layer.setdefault(iid, []).append(us)
+        cubins, rules = r.get("cubins") or {}, r.get("launch_rules")
+        provenance.setdefault(layer_key, set()).update(
+            (rules, iid, cubins.get(iid)) if rules and cubins.get(iid) else None for iid in timed
+        )
     out: dict[str, list[dict]] = {}
-    for (key, m, n, k), per_instance in timings.items():
+    for layer_key, per_instance in timings.items():
+        key, m, n, k = layer_key
         times = sorted(((iid, geomean(v)) for iid, v in per_instance.items()), key=lambda item: item[1])
+        stamp = _stamp(provenance[layer_key])
         out.setdefault(key, []).append(
             {
                 "m": m,
@@ -64,10 +76,26 @@ def points_of(results: list[dict], shipped: set[str]) -> dict[str, list[dict]]:
                 "k": k,
                 "cublas_us": None,
                 "finalists": len(times),
+                **({"kernels": stamp} if stamp else {}),
                 "times": [[iid, None, None, round(us, 3)] for iid, us in times],
             }
         )
     return out
+
+
+def _stamp(provenance: set) -> str | None:
+    """A layer's `kernels_digest` from its results' (rules, instance id, cubin sha256) triples; None where
+    one of them recorded none, or the results disagree (two launch rules, or two cubins of an instance):
+    such a point cannot say what it was timed with, and `doctor` counts it as such."""
+    from runtime.tuning import kernels_digest
+
+    if None in provenance:
+        return None
+    rules = {r for r, _, _ in provenance}
+    hashes = {iid: sha for _, iid, sha in provenance}
+    if len(rules) != 1 or len(hashes) != len(provenance):
+        return None
+    return kernels_digest(hashes, hashes, rules.pop())
 
 
 def merge(table: dict, gpu_key: str, classes: dict[str, list[dict]], measured: dict) -> dict:

@@ -125,8 +125,8 @@ class Point:
     finalists: int | None = None  # how many of the fastest entries were re-timed in full rounds
     # Which cubins (and launch rules) the times were measured with: a digest of the timed instances' cubin
     # sha256s (`kernels_digest`), so `tune --stale` finds the points a kernel change made stale.
-    # None: not recorded (points timed before session 19, the grouped classes' points), or carried over
-    # from stale times.
+    # None: not recorded (points timed before session 19, grouped points from bench_moe runs before
+    # session 45: build_tools/grouped_table.py), or carried over from stale times.
     kernels: str | None = None
     # How many instances per class build_tools/tune_walks.py tried other walks of here (None: not worked);
     # the lookup ignores it, the tool resumes by it.
@@ -222,13 +222,13 @@ class Freshness:
     unknown: int  # no record, or names an instance this installation lacks
 
 
-def kernels_digest(ids, hashes: dict[str, str]) -> str:
+def kernels_digest(ids, hashes: dict[str, str], rules: str | None = None) -> str:
     """What a point's times were measured with: 16 hex digits of the sha256 over the launch rules
-    (runtime/launcher.py `LAUNCH_RULES`) and the cubin sha256s of the instances ``ids`` that ``hashes``
-    (instance id -> cubin sha256) knows. A kernel change that alters any of their cubins changes it, and so
-    does a change of the launch rules; adding an instance to the matrix does not (build_tools/tune.py times
-    the new instance at the points that lack it)."""
-    lines = f"launch rules: {LAUNCH_RULES}\n" + "".join(
+    (``rules``, by default this runtime's: runtime/launcher.py `LAUNCH_RULES`) and the cubin sha256s of the
+    instances ``ids`` that ``hashes`` (instance id -> cubin sha256) knows. A kernel change that alters any
+    of their cubins changes it, and so does a change of the launch rules; adding an instance to the matrix
+    does not (build_tools/tune.py times the new instance at the points that lack it)."""
+    lines = f"launch rules: {LAUNCH_RULES if rules is None else rules}\n" + "".join(
         f"{iid} {hashes[iid]}\n" for iid in sorted(set(ids)) if iid in hashes
     )
     return hashlib.sha256(lines.encode()).hexdigest()[:16]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 
@@ -77,3 +78,68 @@ def test_runs_without_a_gpu_key_need_one(tmp_path):
     path.write_text(json.dumps(run))
     with pytest.raises(SystemExit, match="--gpu-key"):
         grouped_table.main([str(path), "--table", str(tmp_path / "t.json")])
+
+
+def _stamped(result: dict, rules: str = tuning.LAUNCH_RULES, sha: str = "ab" * 32) -> dict:
+    """``result`` as bench_moe records it since session 45: the launch rules and each timed cubin's sha256."""
+    return {
+        **result,
+        "launch_rules": rules,
+        "cubins": {i: sha for i in result["us"] if i.startswith("sm90_")},
+    }
+
+
+def test_a_layer_is_stamped_with_the_cubins_and_launch_rules_its_runs_recorded():
+    """The point's `kernels` is the digest of the shipped instances it holds (the trial tile, dropped, is
+    not in it) under the runs' launch rules, so `freshness` counts it fresh against the same cubins and
+    stale against others; runs that recorded nothing, or disagree, leave the point unstamped."""
+    forward = _run()["results"][0]
+    hashes = {WIDE: "ab" * 32, SMALL: "ab" * 32}
+    (point,) = grouped_table.points_of([_stamped(forward)], grouped_table.shipped_ids())[
+        "bf16_bf16_bf16_kkn_varlenm"
+    ]
+    assert point["kernels"] == tuning.kernels_digest([WIDE, SMALL], hashes)
+    doc = {"format": tuning.FORMAT, "version": tuning.VERSION, "gpus": {"G/132": {"classes": {
+        "bf16_bf16_bf16_kkn_varlenm": [point]}}}}  # fmt: skip
+    table = tuning.TuningTable.from_json(doc)
+    assert table.freshness(hashes)["G/132"] == tuning.Freshness(1, 0, 0)
+    assert table.freshness({**hashes, SMALL: "cd" * 32})["G/132"] == tuning.Freshness(0, 1, 0)
+    assert tuning.TuningTable.from_json(table.to_json()).to_json() == table.to_json()
+
+    other_rules = grouped_table.points_of(
+        [_stamped(forward, rules="another rule")], grouped_table.shipped_ids()
+    )
+    assert other_rules["bf16_bf16_bf16_kkn_varlenm"][0]["kernels"] != point["kernels"]
+    for results in (
+        [forward],  # recorded nothing
+        [_stamped(forward), forward],  # one of two runs recorded nothing
+        [_stamped(forward), _stamped(forward, rules="another rule")],  # two launch rules
+        [_stamped(forward), _stamped(forward, sha="cd" * 32)],  # two cubins of the same instances
+    ):
+        (unstamped,) = grouped_table.points_of(results, grouped_table.shipped_ids())[
+            "bf16_bf16_bf16_kkn_varlenm"
+        ]
+        assert "kernels" not in unstamped
+    two_rounds = [_stamped(forward), _stamped(forward)]
+    (same,) = grouped_table.points_of(two_rounds, grouped_table.shipped_ids())["bf16_bf16_bf16_kkn_varlenm"]
+    assert same["kernels"] == point["kernels"]
+
+
+def test_bench_moe_records_the_launch_rules_and_cubins_of_what_each_result_timed(monkeypatch):
+    """`record_provenance` stamps each result with the installed package's launch rules (here the source
+    tree's runtime/, which the wheel ships as hgemm_sm90/) and the cubin sha256 of each instance it timed,
+    not of its baselines; grouped_table reads them back into the point's stamp."""
+    from build_tools import bench_moe, tune
+
+    monkeypatch.setattr(
+        tune, "cubin_hashes", lambda hg: {WIDE: "ab" * 32, SMALL: "cd" * 32, TRIAL: "ef" * 32}
+    )
+    results = _run()["results"]
+    bench_moe.record_provenance(results, types.SimpleNamespace(__name__="runtime"))
+    forward, gather = results
+    assert forward["launch_rules"] == gather["launch_rules"] == tuning.LAUNCH_RULES
+    assert (
+        forward["cubins"] == {WIDE: "ab" * 32, SMALL: "cd" * 32, TRIAL: "ef" * 32} and gather["cubins"] == {}
+    )
+    (point,) = grouped_table.points_of(results, grouped_table.shipped_ids())["bf16_bf16_bf16_kkn_varlenm"]
+    assert point["kernels"] == tuning.kernels_digest([WIDE, SMALL], {WIDE: "ab" * 32, SMALL: "cd" * 32})
