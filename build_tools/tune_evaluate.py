@@ -14,6 +14,7 @@ Then the host cost of one `gemm()` call against `torch.matmul` and of a cached `
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
@@ -84,16 +85,21 @@ class Verdict:
 def host_costs(torch, hg, calls: int = 2000, runs: int = 5) -> dict:
     """µs per call of gemm() and torch.matmul (same small bf16 problem, out allocated by each) and of a
     cached select(), interleaved run by run, median of runs; a synchronize between chunks (untimed) keeps the
-    launch queue from filling."""
+    launch queue from filling. Two more rows take the allocating call apart (since session 45): the
+    allocation alone (`a.new_empty`, what gemm() makes), and gemm() into two outputs in turn, so that every
+    call's pointers differ from the last call's and are checked again (runtime/plan.py `accept`)."""
     a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16).T
     d = torch.empty(128, 128, device="cuda", dtype=torch.bfloat16)
+    outs = itertools.cycle([d, torch.empty_like(d)])
     fns = {
         "gemm(a, b)": lambda: hg.gemm(a, b),
         "torch.matmul(a, b)": lambda: torch.matmul(a, b),
         "gemm(a, b, out=d)": lambda: hg.gemm(a, b, out=d),
         "torch.matmul(a, b, out=d)": lambda: torch.matmul(a, b, out=d),
         "select(...) cached": lambda: hg.select(128, 128, 64, a_dtype="bf16"),
+        "a.new_empty(128, 128)": lambda: a.new_empty(128, 128),
+        "gemm(a, b, out=d or e, in turn)": lambda: hg.gemm(a, b, out=next(outs)),
     }
     for f in fns.values():
         f()
