@@ -198,13 +198,9 @@ def verdict_walk_times(verdict: dict) -> dict[tuple[str, bool, int], float]:
     return {(verdict["selected"], bool(walk[0]), int(walk[1])): verdict["gemm_us"]}
 
 
-def held_out_cases_of(files: list[Path]) -> list[HeldOutCase]:
-    """The `held_out_cases` of each file (evaluate or bench JSON, plain or `.gz`), in order."""
-    return [c for f in files for c in held_out_cases(tune.read_json(f))]
-
-
 def held_out_draws(files: list[Path], any_rules: bool = False) -> tuple[list[HeldOutCase], list[Path]]:
-    """(the `held_out_cases` of ``files``, the files left out): a draw timed under launch rules other than
+    """(the `held_out_cases` of ``files`` in order, each an evaluate or bench JSON, plain or `.gz`; the
+    files left out): a draw timed under launch rules other than
     the runtime's (runtime/launcher.py `LAUNCH_RULES`, as the draw's env records them: build_tools/bench.py
     `launch_rules`) is left out unless ``any_rules``. Its times rank the instances as those rules ran
     them: launched as 1x1 clusters, the 1x1 instances ran up to 2x slower at large M (docs/PERF.md,
@@ -224,11 +220,8 @@ def held_out_draws(files: list[Path], any_rules: bool = False) -> tuple[list[Hel
 def _print_left_out(left_out: list[Path]) -> None:
     if left_out:
         names = ", ".join(f.name for f in left_out)
-        print(
-            f"({len(left_out)} draws left out, timed under other launch rules (--any-rules takes them): ",
-            end="",
-        )
-        print(f"{names})")
+        why = "timed under other launch rules (--any-rules takes them)"
+        print(f"({len(left_out)} draws left out, {why}: {names})")
 
 
 def held_out_scores(

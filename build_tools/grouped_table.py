@@ -95,7 +95,7 @@ def _stamp(provenance: set) -> str | None:
     hashes = {iid: sha for _, iid, sha in provenance}
     if len(rules) != 1 or len(hashes) != len(provenance):
         return None
-    return kernels_digest(hashes, hashes, rules.pop())
+    return kernels_digest(hashes.keys(), hashes, rules.pop())
 
 
 def merge(table: dict, gpu_key: str, classes: dict[str, list[dict]], measured: dict) -> dict:

@@ -70,7 +70,9 @@ def test_changes_lists_the_held_out_picks_a_constant_changes_scored_both_ways(ca
     model as it is and as set, with the score `held_out_scores` gives it under each; a value equal to the
     current one changes nothing; the constant is restored."""
     doc = read_document(shipped_path())
-    cases = dispatch_loo.held_out_cases_of(HELD_OUT_DRAWS[:3])  # three draws: enough picks change
+    cases = dispatch_loo.held_out_draws(HELD_OUT_DRAWS[:3], any_rules=True)[
+        0
+    ]  # three draws: enough picks change
     before = model.L2_BYTES_PER_S
     changed = dispatch_loo.held_out_changes(doc, cases, [("L2_BYTES_PER_S", 1e30)])
     assert changed and before == model.L2_BYTES_PER_S  # restored
