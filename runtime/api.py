@@ -4,7 +4,7 @@
 (same instance, shape, stream and pdl) costs: one key tuple and dict lookup that finds its `LaunchEntry`
 (runtime/plan.py: parameter image, launch config with the grid, function), the argument rules of
 runtime/problem.py as predicates (canonical sizes, scales, and the pointers with the overlap check of
-runtime/overlap.py, skipped when they repeat the entry's last accepted ones), one `struct` call that
+runtime/overlap.py, skipped when they repeat pointers the entry accepted lately), one `struct` call that
 writes this thread's parameter buffer, and `cuLaunchKernelEx`. Anything else (a new shape or stream, a
 numpy int, a value to convert or refuse) takes `_first_call`, which runs the same rules through the
 functions that explain a failure, builds what is missing and caches it. Either way every error is an
@@ -146,8 +146,8 @@ def launch(instance_id: str, ptrs, stream, *, m: int, n: int, k: int, **options)
             and e.plain
             and int is type(m) is type(n) is type(k)
             # The pointers' rules (and D's overlap with A and B) are pure functions of their values and
-            # the shape: an entry remembers the last triple that passed them.
-            and (int is type(a) is type(b) is type(d) and (a, b, d, None) == e.accepted or e.accept(a, b, d))
+            # the shape: an entry remembers the latest few that passed them (plan.py `accept`).
+            and (int is type(a) is type(b) is type(d) and (a, b, d, None) in e.accepted or e.accept(a, b, d))
         ):
             if rt.check_pointers:
                 _check_devices(rt, e, a, b, d, None)
@@ -307,7 +307,7 @@ def launch_general(
         or not (
             int is type(a) is type(b) is type(d)
             and (c is None or type(c) is int)
-            and (a, b, d, c) == e.accepted
+            and (a, b, d, c) in e.accepted
             or e.accept(a, b, d, c)
         )
     ):

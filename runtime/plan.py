@@ -34,6 +34,7 @@ from .spec import KSplit, Varlen
 # The launch mode of launch(pdl=True, b_ready=True) (the others are pdl's own False and True).
 B_READY = "b_ready"
 _CACHED_PER_INSTANCE = 1024  # shapes, and launch entries, per instance (each cleared when full)
+ACCEPTED_MEMO = 8  # pointer sets a launch entry remembers as checked (`LaunchEntry.accept`)
 # The per-launch values lie in the order the DSL passes them (docs/CONTRACT.md: the descriptors of the
 # kernel's A, B, D, C slots, i.e. GemmSpec.launch_operands, then alpha, beta, then split-K's workspace);
 # the one-call writer relies on it.
@@ -107,7 +108,7 @@ class LaunchEntry:
         # The plain form: its parameters are (A, B, D, alpha) alone, so launch() with no options may
         # take it (runtime/api.py).
         self.plain = not (plan.has_c or plan.takes_workspace or plan.grouped or plan.gathered)
-        self.accepted = None  # the last (a, b, d, c) that `accept` passed
+        self.accepted = set()  # (a, b, d, c) tuples that `accept` passed, at most ACCEPTED_MEMO
         self.plain_buffers = PlainBuffers(rec.param_bytes, rec.param_offsets) if self.plain else None
         self.chunks, self.check_overlap = shape.chunks, shape.footprints.check  # check(instance, a, b, d, c)
         if mode == B_READY and plan.prefetch is not None:
@@ -120,15 +121,21 @@ class LaunchEntry:
     def accept(self, a, b, d, c=None) -> bool:
         """Whether the pointers pass `problem.pointers_ok` (c: None unless the instance reads C; False:
         the first-call path says why), raising the overlap error of D with A, B or C
-        (runtime/overlap.py). What passed is remembered in `accepted`, so that a launch repeating the
-        same pointers skips both (pure functions of the values and this shape). Threads may race on it:
-        the slot always holds a whole tuple that passed, and a miss only means checking again."""
+        (runtime/overlap.py). What passed is remembered in `accepted`, so that a launch repeating
+        pointers that passed skips both (pure functions of the values and this shape). It remembers
+        several: an allocating caller (gemm(a, b) in a loop) gets its output from torch's caching
+        allocator, which hands out two or more blocks in turn, and checking again cost 0.57 µs a launch
+        (fake driver, CPU box, 2026-12-04; ~1 µs on the H200 host, docs/PERF.md session 46). Threads may
+        race on it: it only ever holds whole tuples that passed, and a miss only means checking again."""
         if not (
             problem.pointers_ok(a, b, d, c) if self.has_c else c is None and problem.pointers_ok(a, b, d)
         ):
             return False
         self.check_overlap(self.instance, a, b, d, c)
-        self.accepted = (a, b, d, c)
+        memo = self.accepted
+        if len(memo) >= ACCEPTED_MEMO:
+            memo.clear()  # bounded: a caller cycling through many buffers pays the check, as before
+        memo.add((a, b, d, c))
         return True
 
 

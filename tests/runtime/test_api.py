@@ -658,6 +658,28 @@ def test_concurrent_plain_launches_of_one_entry_keep_their_own_pointers(ci, fake
     assert len(seen) == 24
 
 
+@pytest.mark.parametrize("options", [{}, {"alpha": 2.0}], ids=["plain form", "launch_general"])
+def test_pointer_sets_used_in_turn_are_checked_once_each(ci, fake, monkeypatch, options):
+    """An allocating caller's outputs come from a caching allocator that hands out a few blocks in turn:
+    an entry remembers up to plan.ACCEPTED_MEMO pointer sets as checked, and forgets them all when full."""
+    iid = _plain(ci)
+    runtime.launch(iid, (A, B, D), 0, m=256, n=256, k=64, **options)
+    entry = next(iter(runtime.state.runtime().plans[iid].entries.values()))
+    checks = []
+    check = entry.check_overlap
+    monkeypatch.setattr(entry, "check_overlap", lambda *args: checks.append(args[1:]) or check(*args))
+    outputs = [D + i * 0x100_0000 for i in range(plan.ACCEPTED_MEMO)]
+    for _ in range(3):
+        for d in outputs:
+            runtime.launch(iid, (A, B, d), 0, m=256, n=256, k=64, **options)
+    assert [c[2] for c in checks] == outputs[1:]  # D was checked by the first launch; each other once
+    assert fake.count("cuLaunchKernelEx") == 1 + 3 * len(outputs)
+    for i in range(3 * plan.ACCEPTED_MEMO):  # more sets than it holds: bounded, and each one checked
+        runtime.launch(iid, (A, B, D + (i + 100) * 0x100_0000), 0, m=256, n=256, k=64, **options)
+        assert 1 <= len(entry.accepted) <= plan.ACCEPTED_MEMO
+    assert len(checks) == len(outputs) - 1 + 3 * plan.ACCEPTED_MEMO
+
+
 def test_batches_side_by_side_in_one_workspace_are_not_an_overlap(ci, fake):
     # Per batch i: A_i then D_i, in one allocation (batch strides equal, each batch's pair disjoint).
     iid = _plain(ci)
