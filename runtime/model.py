@@ -200,10 +200,10 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     streamed = m * k * a_bytes * a_passes + n * k * b_bytes * b_passes + m * n * d_bytes
     # The CTAs that stream data: a cluster's padding tiles (past the problem's last row or column) add no
     # bytes of their own. Counting them, a 64 x 192 2x4 tile at M = 8 (one row of 64-row tiles, padded to
-    # two) looked like twice the streamers, near HBM's reach, and was carried almost flat in N from the
-    # table's decode rows: picked on held-out decode shapes, it ran 0.956-0.972 of the fastest swap-AB tile
-    # (H200, 2026-12-04; leave-one-column-out 0.9789 -> 0.9791, rows 0.9861 -> 0.9866, the four current
-    # draws 0.9925 -> 0.9928: 9 picks better, 2 worse; docs/DISPATCH.md session 46).
+    # two) looked like twice the streamers, with up to 1.5x the HBM reach, and was carried almost flat in N
+    # from the table's decode rows: picked on held-out decode shapes, it ran 0.956-0.972 of the fastest
+    # swap-AB tile (H200, 2026-12-04; leave-one-column-out 0.9789 -> 0.9791, rows 0.9861 -> 0.9866, the
+    # four current draws 0.9925 -> 0.9928: 9 picks better, 2 worse; docs/DISPATCH.md session 46).
     loaders = min(tiles_m_raw * tiles_n_raw * batch * splits, resident)
     floor = streamed * batch / hbm_reach(loaders)
     l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
