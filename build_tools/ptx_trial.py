@@ -4,7 +4,7 @@
         [--patch none|strip-cache-hints|timeline|renumber-clusters] [--table PERM.json | --interleave G:C]
         [--ptxas PATH]
     python -m build_tools.ptx_trial timeline --kernel-dir DIR --instance ID --shape MxNxK [--walk R,G]
-        [--cold]
+        [--cold] [--as-cluster]
 
 `build` traces each instance with the CuTe DSL on this machine (as the wheel build does), keeps the PTX,
 applies the patch, assembles it with the CUDA toolkit's `ptxas` and writes DIR/manifest.json (the wheel's
@@ -23,8 +23,10 @@ Patches:
   dealing and ran slower, docs/KERNEL.md).
 - `timeline`: every TMA load records (%globaltimer, coordinates, operand, %smid) into a module global, and
   each warp its entry and exit; `timeline` launches the instance once and prints when each CTA started,
-  issued its first load and ended, and how closely the CTAs that load the same box issue it (the L2
-  request coalescer merges identical reads that arrive together: docs/KERNEL.md).
+  issued its first load and ended, how closely the CTAs that load the same box issue it (the L2 request
+  coalescer merges identical reads that arrive together: docs/KERNEL.md), and how far apart a CTA's
+  consecutive loads of each operand are (the k-loop's cadence). `--as-cluster` launches a 1x1 kernel
+  with the cluster attribute, as before session 44, to see where that launch's cost lies.
 
 What these patches showed on the H200 (docs/PERF.md, sessions 41 and 44): the cache hint changes nothing;
 CTAs loading the same box issue it within ~100-350 ns of each other; clusters renumbered so that each
@@ -416,9 +418,11 @@ def summarize(events: list[Event]) -> list[str]:
         f"end after its start {_mm(ends)} ns"
     ]
     boxes: dict[tuple, list[int]] = defaultdict(list)
+    issued: dict[tuple, list[int]] = defaultdict(list)  # (cta, param) -> its load times
     for e in events:
         if e.is_load:
             boxes[e.box].append(e.time)
+            issued[e.cta, e.box[0]].append(e.time)
     for param in sorted({b[0] for b in boxes}):
         mine = [sorted(v) for b, v in boxes.items() if b[0] == param]
         gaps = [v[i] - v[i - 1] for v in mine for i in range(1, len(v))]
@@ -428,10 +432,18 @@ def summarize(events: list[Event]) -> list[str]:
             if gaps
             else "-"
         )
+        # The k-loop's cadence: a CTA's consecutive loads of one operand are one k-tile apart (or a tile
+        # change apart), so their median gap is the time per k-tile its producer sustained.
+        steps = []
+        for (_, p), times in issued.items():
+            if p == param:
+                t = sorted(times)
+                steps += [later - earlier for earlier, later in zip(t, t[1:])]
         lines.append(
             f"operand param {param}: {len(mine)} boxes, {sum(map(len, mine))} loads, "
             f"{statistics.median(map(len, mine)):.0f} loaders per box, spread median "
-            f"{statistics.median(spread) if spread else 0:.0f} ns; gaps between a box's loads: {within}"
+            f"{statistics.median(spread) if spread else 0:.0f} ns; gaps between a box's loads: {within}; "
+            f"a CTA's consecutive loads {_mm(steps)} ns apart"
         )
     return lines
 
@@ -463,6 +475,9 @@ def timeline(args) -> None:  # pragma: no cover - GPU
     # `workspace` (split-K / stream-K) must outlive the launches.
     (launch,), workspace = bench.instance_calls(torch, hg, inst, [(a, b, d, c)], size, stream, **walk)
 
+    launch()
+    if args.as_cluster:
+        _launch_as_cluster(runtime(), args.instance)
     for _ in range(3):
         launch()
     torch.cuda.synchronize()
@@ -480,9 +495,23 @@ def timeline(args) -> None:  # pragma: no cover - GPU
     torch.cuda.synchronize()
     words = (ctypes.c_uint64 * (nbytes // 8))()
     cu.cuMemcpyDtoH(ctypes.addressof(words), ptr, nbytes)
-    print(f"{args.instance} on {args.shape} ({'cold' if args.cold else 'warm'} L2), one launch:")
+    how = "with the cluster attribute" if args.as_cluster else "as the runtime launches it"
+    print(f"{args.instance} on {args.shape} ({'cold' if args.cold else 'warm'} L2), one launch {how}:")
     for line in summarize(decode(list(words))):
         print("  " + line)
+
+
+def _launch_as_cluster(rt, instance: str) -> None:  # pragma: no cover - GPU
+    """Give the instance's cached launches the cluster-dimension attribute, as every launch had before
+    session 44 (runtime/launcher.py `launches_as_cluster`): the same kernel, grid and CTAs, for an A/B of
+    the launch rule on one kernel's k-loop (docs/KERNEL.md: 1x1 kernels ran up to 2x faster without it)."""
+    from hgemm_sm90.launcher import build_config
+
+    record = rt.manifest.record(instance)
+    for entry in rt.plans[instance].entries.values():
+        old = entry.config
+        grid = (old.gridDimX, old.gridDimY, old.gridDimZ)
+        entry.config = build_config(rt.cu, record, grid, int(old.hStream), cluster_attribute=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,6 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--shape", required=True, help="MxNxK")
     t.add_argument("--walk", type=parse_walk, help="RASTER,GROUP (raster_along_m, group_size)")
     t.add_argument("--cold", action="store_true", help="flush L2 first (as Nsight Compute does)")
+    t.add_argument(
+        "--as-cluster",
+        action="store_true",
+        help="launch with the cluster attribute even for a 1x1 cluster (the launch rule before session 44)",
+    )
     args = p.parse_args(argv)
     try:
         build(args) if args.cmd == "build" else timeline(args)

@@ -174,8 +174,10 @@ def test_the_timeline_reports_phases_and_how_closely_a_box_s_loaders_issue_it():
     a = next(ln for ln in lines if ln.startswith("operand param 0"))
     assert "2 boxes, 4 loads, 2 loaders per box" in a
     assert "<= 100 ns 50%" in a and "<= 300 ns 100%" in a
+    assert "a CTA's consecutive loads 325 / 400 ns apart" in a  # CTA 0's k-tiles 250 ns apart, CTA 1's 400
     b = next(ln for ln in lines if ln.startswith("operand param 2"))
     assert "1 loaders per box" in b and "gaps between a box's loads: -" in b
+    assert "consecutive loads - ns apart" in b  # one load per CTA: no cadence
 
 
 def test_no_events_says_what_to_check():
