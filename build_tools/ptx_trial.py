@@ -477,7 +477,9 @@ def timeline(args) -> None:  # pragma: no cover - GPU
 
     launch()
     if args.as_cluster:
-        _launch_as_cluster(runtime(), args.instance)
+        from hgemm_sm90.launcher import build_config
+
+        launch_as_cluster(runtime(), args.instance, build_config)
     for _ in range(3):
         launch()
     torch.cuda.synchronize()
@@ -501,12 +503,11 @@ def timeline(args) -> None:  # pragma: no cover - GPU
         print("  " + line)
 
 
-def _launch_as_cluster(rt, instance: str) -> None:  # pragma: no cover - GPU
-    """Give the instance's cached launches the cluster-dimension attribute, as every launch had before
-    session 44 (runtime/launcher.py `launches_as_cluster`): the same kernel, grid and CTAs, for an A/B of
-    the launch rule on one kernel's k-loop (docs/KERNEL.md: 1x1 kernels ran up to 2x faster without it)."""
-    from hgemm_sm90.launcher import build_config
-
+def launch_as_cluster(rt, instance: str, build_config) -> None:
+    """Give the instance's cached launches in runtime ``rt`` the cluster-dimension attribute, as every
+    launch had before session 44 (runtime/launcher.py `launches_as_cluster`; ``build_config`` is that
+    module's): the same kernel, grid and CTAs, for an A/B of the launch rule on one kernel's k-loop
+    (docs/KERNEL.md: 1x1 kernels ran up to 2x faster without it)."""
     record = rt.manifest.record(instance)
     for entry in rt.plans[instance].entries.values():
         old = entry.config

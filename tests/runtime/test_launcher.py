@@ -103,6 +103,23 @@ def test_a_1x1_cluster_launches_as_a_plain_grid(fake, rt):
     assert launcher.launches_as_cluster(rt.manifest.record(IDS[0])) is True
 
 
+def test_ptx_trial_can_launch_a_1x1_kernel_as_a_cluster_again(fake, rt):
+    """build_tools/ptx_trial.py `timeline --as-cluster`: the cached launch gets the cluster attribute back
+    (the launch rule before session 44) on the same grid and stream, for an A/B of the rule."""
+    from build_tools import ptx_trial
+
+    fake.param_sizes = tuple(p.size for p in rt.manifest.record(IDS[1]).params)
+    stream = fake.new_stream(fake.ctx(0))
+    runtime.launch(IDS[1], (A, B, D), stream, **SHAPE)
+    ptx_trial.launch_as_cluster(rt, IDS[1], launcher.build_config)
+    runtime.launch(IDS[1], (A, B, D), stream, **SHAPE)
+    plain, clustered = fake.launches
+    assert plain.attrs == [] and clustered.grid == plain.grid == (2, 1, 1)
+    assert [a.id for a in clustered.attrs] == [fake.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION]
+    dim = clustered.attrs[0].value.clusterDim
+    assert (dim.x, dim.y, dim.z) == (1, 1, 1)
+
+
 def test_launch_failure_carries_call_and_instance_and_is_not_retried(fake, rt, rec):
     runtime.launch(IDS[0], (A, B, D), 0, **SHAPE)
     fake.fail("cuLaunchKernelEx", "CUDA_ERROR_ILLEGAL_ADDRESS")
