@@ -207,6 +207,15 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     loaders = min(tiles_m_raw * tiles_n_raw * batch * splits, resident)
     floor = streamed * batch / hbm_reach(loaders)
     l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
+    if load_bytes / stream > compute:
+        # The k-loop waits on its loads (the decode tiles): its per-step load time and the HBM floor are
+        # one stream seen twice, so the larger stands for both. Added in the p-norm, they priced an
+        # unsplit 64 x 8 swap-AB tile at 1 x 1024 x 8192 at 22.7 µs (measured 10.8; its split-K twin
+        # 11.1, measured 8.2), so the model overrated split-K and carried it across columns into picks
+        # that ran 0.92-0.96 of the fastest. Offline (docs/DISPATCH.md session 46): leave-one-column-out
+        # 0.9791 -> 0.9800, rows 0.9866 -> 0.9869, the four current draws 0.9928 -> 0.9935, the model
+        # alone 0.9627 -> 0.9646.
+        busy, floor = max(busy, floor), 0.0
     if not ROOFLINE_P:
         return LAUNCH_S + max(busy, floor, l2_floor)
     return LAUNCH_S + (busy**ROOFLINE_P + floor**ROOFLINE_P + l2_floor**ROOFLINE_P) ** (1 / ROOFLINE_P)
