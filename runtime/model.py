@@ -179,7 +179,8 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     # Multicast: the cluster's CTAs along N share each A tile, those along M each B tile.
     load_bytes = (tm * a_bytes / cn + tn * b_bytes / cm) * tk
     stream = min(SM_STREAM_BYTES_PER_S, HBM_BYTES_PER_S / active * 2.5)  # L2 reuse lets a busy chip exceed 1x
-    step = max(compute, load_bytes / stream)
+    load_step = load_bytes / stream
+    step = max(compute, load_step)
     epilogue = tm * tn * d_bytes / SM_STREAM_BYTES_PER_S
     if spec.c_dtype is not None:
         epilogue += tm * tn * spec.c_dtype.bytes / SM_STREAM_BYTES_PER_S
@@ -207,7 +208,7 @@ def estimate_s(spec: GemmSpec, m: int, n: int, k: int, batch: int, sm_count: int
     loaders = min(tiles_m_raw * tiles_n_raw * batch * splits, resident)
     floor = streamed * batch / hbm_reach(loaders)
     l2_floor = tiles * steps * load_bytes / L2_BYTES_PER_S  # tiles counts work units, steps their share
-    if load_bytes / stream > compute:
+    if load_step > compute:
         # The k-loop waits on its loads (the decode tiles): its per-step load time and the HBM floor are
         # one stream seen twice, so the larger stands for both. Added in the p-norm, they priced an
         # unsplit 64 x 8 swap-AB tile at 1 x 1024 x 8192 at 22.7 µs (measured 10.8; its split-K twin
