@@ -27,7 +27,8 @@ projection GEMMs of Llama-3-8B-like (hidden 4096, FFN 14336: QKV 6144 x 4096, O 
 28672 x 4096, down 4096 x 14336), 70B-like (hidden 8192: QKV 10240 x 8192, O 8192 x 8192, down
 8192 x 28672), 1B-class (hidden 2048, FFN 8192: gate+up 16384 x 2048, down 2048 x 8192) and DeepSeek-V3-like
 attention (2112 x 7168, 24576 x 1536) layers, grouped-query attention's key/value projections (1024 x 4096,
-1024 x 8192) and a hidden-1536 model's down-projection (1536 x 8960), and
+1024 x 8192), a hidden-1536 model's down-projection (1536 x 8960), mixture-of-experts expert layers
+(4096 x 1536, 7168 x 2048, 4096 x 7168), a Llama-2-7B-like gate/up (11008 x 4096), and
 squares' columns (1024, 2048, 4096, 16384; 8192 is an LLM column). Points above MAX_TFLOP are compute-bound
 at every tile, where the choice no longer changes with M; lookups beyond a column's largest timed M use it.
 
@@ -100,6 +101,16 @@ GRID_NK += ((2112, 7168), (24576, 1536))
 # of 4096-16383 was read off the 2048-2112 columns, where the held-out picks ran furthest from the
 # fastest instance (0.980-0.987 over 14 draws, docs/PERF.md session 42).
 GRID_NK += ((1024, 4096), (1024, 8192), (1536, 8960))
+# Low-K and mid-width layers (added 2026-12-04, session 47): the expert down-projections of a hidden-4096
+# mixture-of-experts model with 1536-wide experts (Qwen3-235B-like, 4096 x 1536) and of DeepSeek-V3
+# (hidden 7168, 2048-wide experts: 7168 x 2048), DeepSeek-V3's fused expert gate+up (4096 x 7168), and
+# a hidden-4096 / FFN-11008 model's gate or up projection (Llama-2-7B-like, 11008 x 4096). They fill
+# the grid's widest gaps under the held-out draws' distribution (N and K log-uniform in 1024-16384:
+# the mean log distance to the nearest column 0.41 -> 0.32; build_tools/tune_evaluate.py
+# `held_out_shapes`). On the four draws timed under today's launch rules, the 16-bit picks at M >= 256
+# ran at 0.997 / 0.986 / 0.983 of the fastest instance where the nearest column lay under 0.25 /
+# 0.25-0.5 / beyond 0.5 away in log space (docs/DISPATCH.md, session 47).
+GRID_NK += ((4096, 1536), (7168, 2048), (11008, 4096), (4096, 7168))
 MAX_TFLOP = 2.5
 # `tune --pdl` times the decode rows again in PDL chains (pdl=True, b_ready=True), where PDL changes which
 # tiles are fastest (docs/PERF.md, session 10); they are written under the class key + "@pdl"
