@@ -34,6 +34,9 @@ for the GPU it was measured on and scored among the instances timed there. So a 
 the model is judged on past GPU draws, picks that the draw's own run did not make included, before a GPU
 confirms it. A draw timed under launch rules other than the runtime's (runtime/launcher.py `LAUNCH_RULES`)
 is left out, and named, unless --any-rules: its 1x1 instances' times are not what they are now.
+Where the draw timed cuBLAS (evaluate verdicts), each class's line is followed by issue 9's figure for
+the table as it is: the picks' / cuBLAS's time at M >= 256 (geomean), beside the fastest instance's, so a
+table change (new columns, re-timed rows) is judged on the goal itself, pooled over the draws given.
 """
 
 from __future__ import annotations
@@ -158,6 +161,23 @@ class HeldOutCase:
     # its own `select()` pick, through `gemm()` in the finalists' rounds (`times` holds every instance at
     # its default walk only). A lookup that picks the same instance and walk is scored by it.
     walk_times: dict[tuple[str, bool, int], float] = field(default_factory=dict)
+    # cuBLAS's time for the shape on the draw's scale (evaluate verdicts since session 20; None for a
+    # bench JSON): with it a pick's score becomes the issue-9 figure, pick / cuBLAS (`vs_cublas`).
+    cublas_us: float | None = None
+
+    @property
+    def fastest_us(self) -> float:
+        return min(self.times.values())
+
+
+# The M from which issue 9 holds gemm() to cuBLAS's speed (docs/PERF.md): the report's cuBLAS line.
+CUBLAS_GOAL_M = 256
+
+
+def vs_cublas(case: HeldOutCase, score: PointScore) -> float:
+    """cuBLAS's time / the pick's time at the case (the pick's time: the fastest instance's over the
+    pick's score), what `evaluate` reports as gemm() / cuBLAS for the pick the draw itself made."""
+    return case.cublas_us * score.score / case.fastest_us
 
 
 def held_out_cases(doc: dict) -> list[HeldOutCase]:
@@ -167,14 +187,21 @@ def held_out_cases(doc: dict) -> list[HeldOutCase]:
     gpu = GpuId(doc["env"]["gpu"], doc["env"]["sms"]).key
 
     def case(
-        cls: str, shape: bench.Shape, times: dict[str, float], pdl: bool = False, walks=None
+        cls: str, shape: bench.Shape, times: dict[str, float], pdl: bool = False, walks=None, cublas=None
     ) -> HeldOutCase:
-        return HeldOutCase(gpu, cls, shape.m, shape.n, shape.k, times, pdl, shape.batch, walks or {})
+        return HeldOutCase(gpu, cls, shape.m, shape.n, shape.k, times, pdl, shape.batch, walks or {}, cublas)
 
     if "verdicts" in doc:
         pdl = bool(doc.get("pdl"))
         return [
-            case(v["cls"], bench.Shape.parse(v["shape"]), v["times"], pdl, verdict_walk_times(v))
+            case(
+                v["cls"],
+                bench.Shape.parse(v["shape"]),
+                v["times"],
+                pdl,
+                verdict_walk_times(v),
+                v.get("cublas_us"),
+            )
             for v in doc["verdicts"]
             if v.get("times")
         ]
@@ -259,14 +286,23 @@ def report_held_out(
     cases, left_out = held_out_draws(files, any_rules)
     _print_left_out(left_out)
     scored = held_out_scores(doc, cases, model_only)
-    groups: dict[str, list[PointScore]] = {}
+    groups: dict[str, list[tuple[HeldOutCase, PointScore]]] = {}
     for c, s in scored:
-        groups.setdefault(f"{c.gpu} {c.cls}{PDL_SUFFIX if c.pdl else ''}", []).append(s)
+        groups.setdefault(f"{c.gpu} {c.cls}{PDL_SUFFIX if c.pdl else ''}", []).append((c, s))
     out = {}
-    for name, scores in sorted(groups.items()):
+    for name, pairs in sorted(groups.items()):
+        scores = [s for _, s in pairs]
         out[name] = g = geomean(s.score for s in scores)
         low = min(s.score for s in scores)
         print(f"{name}: {len(scores)} held-out shapes, geomean {g:.3f}, min {low:.3f}")
+        big = [(c, s) for c, s in pairs if c.cublas_us and c.m * c.batch >= CUBLAS_GOAL_M]
+        if big:
+            picks = geomean(vs_cublas(c, s) for c, s in big)
+            best = geomean(c.cublas_us / c.fastest_us for c, _ in big)
+            print(
+                f"    at M >= {CUBLAS_GOAL_M} ({len(big)} shapes): these picks / cuBLAS {picks:.3f}, "
+                f"the fastest shipped instance / cuBLAS {best:.3f}"
+            )
         for s in sorted(scores, key=lambda s: s.score)[:worst]:
             print(f"    {s.score:.3f} at {s.m}x{s.n}x{s.k}: picked {s.picked}, fastest {s.fastest}")
     if len(scored) < len(cases):

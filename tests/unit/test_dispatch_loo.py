@@ -242,6 +242,31 @@ def test_a_walk_pick_is_scored_by_the_draws_time_for_that_walk_where_the_draw_ti
         assert (score.picked, score.score) == (WIDE, pytest.approx(0.9))
 
 
+def test_the_held_out_report_gives_the_picks_against_cublas_at_m_from_256(tmp_path, capsys):
+    """Issue 9's figure, estimated for the table as it is: the pick's time (the draw's own time for the
+    instance the lookup picks) against the draw's cuBLAS time, geomean over shapes with M >= 256; beside
+    it the fastest instance's. Shapes below M = 256, or without a cuBLAS time, do not count."""
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps(_table_doc({KEY: [_pt(128, WIDE, SMALL), _pt(512, WIDE, SMALL)]})))
+    verdicts = [
+        {"cls": KEY, "shape": "300x4096x4096", "times": {SMALL: 8.0, WIDE: 10.0}, "cublas_us": 9.0},
+        {"cls": KEY, "shape": "400x4096x4096", "times": {SMALL: 12.0, WIDE: 10.0}, "cublas_us": 11.0},
+        {"cls": KEY, "shape": "200x4096x4096", "times": {SMALL: 5.0, WIDE: 10.0}, "cublas_us": 1.0},
+        {"cls": KEY, "shape": "500x4096x4096", "times": {SMALL: 5.0, WIDE: 10.0}},  # no cuBLAS time
+    ]
+    draw = tmp_path / "draw.json"
+    env = {"gpu": "G", "sms": 132, "launch_rules": LAUNCH_RULES}
+    draw.write_text(json.dumps({"env": env, "verdicts": verdicts}))
+    (case, *_) = dispatch_loo.held_out_cases(json.loads(draw.read_text()))
+    assert case.cublas_us == 9.0 and case.fastest_us == 8.0
+    assert dispatch_loo.main(["--table", str(table), "--held-out", str(draw)]) == 0
+    out = capsys.readouterr().out
+    picks = (9.0 / 10.0 * 11.0 / 10.0) ** 0.5  # WIDE picked at both
+    fastest = (9.0 / 8.0 * 11.0 / 10.0) ** 0.5
+    assert f"at M >= 256 (2 shapes): these picks / cuBLAS {picks:.3f}, " in out
+    assert f"the fastest shipped instance / cuBLAS {fastest:.3f}" in out
+
+
 def test_a_bench_json_gives_one_case_per_tuned_class_of_its_dtypes(tmp_path, capsys):
     runner = {"kind": "hgemm", "series": "", "error": None}
     bench_json = {
