@@ -331,18 +331,21 @@ def _check_tuning(report: _Report, catalog, gpus) -> None:
             "no usable GPU here: select(gpu=NAME) still plans from the table for the GPUs above",
         )
         return
-    for key in dict.fromkeys(g.key for _, g in gpus):
+    for gpu in {g.key: g for _, g in gpus}.values():
+        key = gpu.key
         ordinals = ", ".join(str(i) for i, g in gpus if g.key == key)
-        classes = summary.get(key)
+        stand_in = table.stand_in(gpu)  # its own rows, or those of a measured GPU with its SM count
+        classes = summary.get(stand_in) if stand_in else None
         if classes:
             n_in = len(shipped & set(classes)) if shipped else len(classes)
             rest = (
                 f"; the model for the other {len(shipped) - n_in}" if shipped and n_in < len(shipped) else ""
             )
+            whose = "" if stand_in == key else f" (the rows of {stand_in}, which has its SM count)"
             report.add(
                 "OK",
                 "dispatch",
-                f"{key} (device {ordinals}): dispatch uses the table for {n_in} of the "
+                f"{key} (device {ordinals}): dispatch uses the table{whose} for {n_in} of the "
                 f"{len(shipped) or len(classes)} shipped classes{rest}",
             )
         else:

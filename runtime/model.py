@@ -1,9 +1,9 @@
 """The fallback cost model: an estimate of each instance's time on a GPU with a given SM count.
 
-Used when the tuning table (runtime/tuning.py) has no entry for the GPU or the problem class (another
-Hopper board, an H100 PCIe with 114 SMs; a layout the tuner does not sweep). It ranks instances of one
-class, so only differences between instances matter; absolute numbers are rough. The persistent kernel
-(docs/KERNEL.md) keeps one CTA per SM and walks output tiles in waves. Per instance:
+Used when the tuning table (runtime/tuning.py) has no entry for the GPU, nor for one with its SM count,
+or for the problem class (an H100 PCIe with 114 SMs; a layout the tuner does not sweep). It ranks
+instances of one class, so only differences between instances matter; absolute numbers are rough. The
+persistent kernel (docs/KERNEL.md) keeps one CTA per SM and walks output tiles in waves. Per instance:
 
 - tiles: ceil(M / tile_m) x ceil(N / tile_n) x batch, padded up to whole clusters (the idle CTAs of a
   partial cluster still occupy SMs);

@@ -50,6 +50,13 @@ point. Instances that this installation does not ship are skipped, so
 a table from a larger build works with a smaller one. Measured by leave-one-out on the H200 table
 (docs/DISPATCH.md), the model's scaling picks better than plain interpolation.
 
+Which GPU's rows (`TuningTable.stand_in`): the GPU's own where the table has them, else those of a
+measured GPU with the same SM count (an H100 SXM, H100 NVL, GH200 or H800 reads the H200's rows: the same
+Hopper SMs, 132 of them, so the same tiles, clusters and wave counts; what differs, HBM bandwidth, L2 size
+and for the NVL cards power and clocks, the cost model, the fallback otherwise, does not know per board
+either). A board with another SM count (an H100 PCIe's 114, an H20's 78) has its waves elsewhere and
+falls back to the model.
+
 Grouped classes (keys with ``_varlenm``, gathered A or not: `is_grouped_key`): a point is a whole
 mixture-of-experts layer timed by `python -m build_tools.bench_moe` (one launch over all its groups, every
 grouped instance of the class) and written here by `python -m build_tools.grouped_table`, with ``m`` its
@@ -410,19 +417,35 @@ class TuningTable:
             c.instance_id for cl in self.gpus.values() for pts in cl.values() for p in pts for c, _ in p.times
         }
 
+    def stand_in(self, gpu: GpuId) -> str | None:
+        """The key of the measured GPU whose rows serve ``gpu`` (see the module docstring): its own, else
+        the first by key with the same SM count, else None (the cost model decides)."""
+        if gpu.key in self._order:
+            return gpu.key
+        same = sorted(key for key in self._order if key.rpartition("/")[2] == str(gpu.sm_count))
+        return same[0] if same else None
+
+    def _rows(self, gpu: GpuId, class_key: str) -> tuple[str, dict[tuple[int, int], list[Point]] | None]:
+        """(the words that name whose rows these are, the columns of the class) for ``gpu``."""
+        gkey = self.stand_in(gpu)
+        if gkey is None:
+            return gpu.key, None
+        source = gkey if gkey == gpu.key else f"{gkey} (for {gpu.key}: the same SM count)"
+        return source, self._columns_of(gkey, class_key)
+
     def covers(self, gpu: GpuId, class_key: str, mq: int) -> bool:
         """Whether the table has rows for this GPU and class up to M = ``mq`` (M times batch) in some
         column: what decides whether `select(pdl=True)` reads a class's PDL rows, which stop at decode
         sizes, instead of carrying their last M to a larger problem."""
-        cols = self._columns_of(gpu.key, class_key)
+        cols = self._rows(gpu, class_key)[1]
         return bool(cols) and any(col[-1].m >= mq for col in cols.values())
 
     def lookup_grouped(self, gpu: GpuId, class_key: str, rows: int, n: int, k: int, allowed) -> Pick | None:
         """Grouped classes: the table's pick among ``allowed`` for groups of ``rows`` rows on average of a
         layer whose groups are ``n`` x ``k`` (see the module docstring), or None without points for this GPU
-        and class. ``Pick.us`` is the pick's weighted mean time over the fastest at the points (a ratio
-        >= 1, not a time)."""
-        cols = self._columns_of(gpu.key, class_key)
+        (or its `stand_in`) and class. ``Pick.us`` is the pick's weighted mean time over the fastest at the
+        points (a ratio >= 1, not a time)."""
+        source, cols = self._rows(gpu, class_key)
         if not cols:
             return None
         own = cols.get((n, k), [])
@@ -450,14 +473,15 @@ class TuningTable:
             None,
             None,
             ratio,
-            f"table {gpu.key} {class_key}: {layers} weighted by group size around {rows} "
+            f"table {source} {class_key}: {layers} weighted by group size around {rows} "
             f"rows (nearest measured {nearest}); {ratio:.3f}x the fastest in the weighted mean",
         )
 
     def lookup(self, gpu: GpuId, class_key: str, m: int, n: int, k: int, batch: int, allowed) -> Pick | None:
         """The table's pick for the problem among instance ids in ``allowed``, or None if the table has no
-        entry for this GPU and class (or none of its candidates is allowed)."""
-        cols = self._columns_of(gpu.key, class_key)
+        entry for this GPU (nor one with its SM count: `stand_in`) and class, or none of its candidates is
+        allowed."""
+        source, cols = self._rows(gpu, class_key)
         if not cols:
             return None
         ln, lk, mq = math.log(n), math.log(k), m * batch
@@ -480,7 +504,7 @@ class TuningTable:
             cand.raster_along_m,
             cand.group_size,
             us,
-            f"table {gpu.key} {class_key}: {'; '.join(wheres)}; scaled to the problem by the cost model",
+            f"table {source} {class_key}: {'; '.join(wheres)}; scaled to the problem by the cost model",
         )
 
 

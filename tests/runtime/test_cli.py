@@ -536,6 +536,18 @@ def test_doctor_says_which_cubins_the_table_was_timed_with(cli_rt, monkeypatch, 
     assert "python -m build_tools.tune --stale" in out
 
 
+def test_doctor_names_the_rows_that_stand_in_for_a_board_the_table_lacks(cli_rt, monkeypatch, capsys):
+    """The device (an H200 here) is not in the table, but a board with its SM count is: its rows serve."""
+    other = "NVIDIA H100 80GB HBM3/132"
+    monkeypatch.setattr(tuning, "shipped_table", lambda: _table(other, "bf16_bf16_bf16_kkn", spec((1, 1)).id))
+    rc, out, _ = run(capsys, "doctor")
+    assert rc == 0
+    assert (
+        f"NVIDIA H200/132 (device 0): dispatch uses the table (the rows of {other}, which has its SM count) "
+        "for 1 of the 5 shipped classes" in out
+    )
+
+
 def test_doctor_says_when_dispatch_falls_back_to_the_model(cli_rt, monkeypatch, capsys):
     monkeypatch.setattr(
         tuning, "shipped_table", lambda: _table("NVIDIA H100 PCIe/114", "bf16_bf16_bf16_kkn", spec((1, 1)).id)

@@ -324,6 +324,39 @@ def test_lookup_skips_instances_this_installation_lacks():
     assert t.lookup(gpus.named("H100 PCIe"), "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {A, B}) is None
 
 
+def test_a_board_with_the_h200s_sm_count_reads_its_rows_and_says_so():
+    """An H100 SXM (132 SMs) has no rows of its own: the H200's stand in (the same SMs and wave counts),
+    and the reason names both. A board with another SM count (an H100 PCIe's 114) gets none, and its own
+    rows win over a stand-in once the table has them."""
+    t = _table(
+        [_point(256, 4096, 4096, **{A: 30.0, B: 40.0}), _point(1024, 4096, 4096, **{A: 90.0, B: 80.0})]
+    )
+    sxm, pcie = gpus.named("H100 SXM"), gpus.named("H100 PCIe")
+    assert (t.stand_in(H200), t.stand_in(sxm), t.stand_in(pcie)) == (H200.key, H200.key, None)
+    for m in (256, 700, 1024):
+        own, borrowed = (t.lookup(g, "bf16_bf16_bf16_kkn", m, 4096, 4096, 1, {A, B}) for g in (H200, sxm))
+        assert (borrowed.instance_id, borrowed.us) == (own.instance_id, own.us)
+    assert f"table {H200.key} (for {sxm.key}: the same SM count) bf16_bf16_bf16_kkn" in borrowed.reason
+    assert f"table {H200.key} bf16_bf16_bf16_kkn" in own.reason and sxm.key not in own.reason
+    assert t.covers(sxm, "bf16_bf16_bf16_kkn", 1024) and not t.covers(pcie, "bf16_bf16_bf16_kkn", 1)
+    assert t.lookup(pcie, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {A, B}) is None
+    # Rows of its own: they decide.
+    both = tuning.TuningTable(
+        {
+            H200.key: {"bf16_bf16_bf16_kkn": [_point(256, 4096, 4096, **{A: 30.0, B: 40.0})]},
+            sxm.key: {"bf16_bf16_bf16_kkn": [_point(256, 4096, 4096, **{A: 50.0, B: 40.0})]},
+        }
+    )
+    assert both.stand_in(sxm) == sxm.key
+    assert both.lookup(sxm, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {A, B}).instance_id == B
+    assert both.lookup(H200, "bf16_bf16_bf16_kkn", 256, 4096, 4096, 1, {A, B}).instance_id == A
+    # Grouped rows likewise.
+    grouped = _grouped_table()
+    pick = grouped.lookup_grouped(sxm, GROUPED_KEY, 4096, *OFF_COLUMN, {SMALL_G, WIDE_G})
+    assert pick.instance_id == WIDE_G and f"for {sxm.key}" in pick.reason
+    assert grouped.lookup_grouped(pcie, GROUPED_KEY, 4096, *OFF_COLUMN, {SMALL_G, WIDE_G}) is None
+
+
 # --- select ---------------------------------------------------------------------------------------------
 
 
@@ -371,6 +404,10 @@ def test_select_caches_choices(catalog_rt):
     assert select(512, 4096, 4096, a_dtype="bf16", gpu="H200") is first
     assert first.source == "table" and "table NVIDIA H200/132" in first.reason
     assert first.launch_overrides() == {"raster_along_m": None, "group_size": None}
+    # An H100 SXM plans from the H200's rows (the same SM count); an H100 PCIe from the cost model.
+    sxm = select(512, 4096, 4096, a_dtype="bf16", gpu="H100 SXM")
+    assert (sxm.source, sxm.instance_id) == ("table", first.instance_id) and "H100" in sxm.reason
+    assert select(512, 4096, 4096, a_dtype="bf16", gpu="H100 PCIe").source == "model"
 
 
 @pytest.mark.parametrize(
