@@ -372,13 +372,26 @@ def installed_launch_rules(hg) -> str | None:
         return None
 
 
+def installed_num_sms(hg) -> int | None:
+    """The installed package's HGEMM_NUM_SMS (runtime/knobs.py) as the environment sets it, or None (unset,
+    or a package from before the knob)."""
+    try:
+        return importlib.import_module(hg.__name__ + ".knobs").Knobs.from_env().num_sms
+    except (ImportError, AttributeError):
+        return None
+
+
 def environment(torch, hg) -> dict:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     uuid = getattr(props, "uuid", None)
+    cap = installed_num_sms(hg)
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "gpu": props.name,
-        "sms": props.multi_processor_count,
+        # The SMs our launches may use (HGEMM_NUM_SMS caps them): the table key and the cost model's SM
+        # count that a run's times stand for (build_tools/dispatch_loo.py judges them as that GPU).
+        "sms": min(props.multi_processor_count, cap) if cap else props.multi_processor_count,
+        "num_sms_knob": cap,
         "l2_bytes": getattr(props, "L2_cache_size", None),
         "gpu_uuid": f"GPU-{uuid}" if uuid else None,
         "python": platform.python_version(),

@@ -257,18 +257,19 @@ def held_out_scores(
     """Each case looked up in the table `doc`'s rows for its GPU (its PDL rows for a PDL case where they
     reach its M, as `select(pdl=True)` reads them) among the instances it timed, and scored like a left-out
     grid point: a pick with a walk override by the draw's time for it where the draw picked the same
-    instance and walk (`HeldOutCase.walk_times`), else at its instance's default walk. Cases on a GPU the
-    table lacks are left out. model_only: the cost model's pick instead (every case, whatever GPU: the
-    model needs only its SM count)."""
+    instance and walk (`HeldOutCase.walk_times`), else at its instance's default walk. A case on a GPU the
+    table lacks reads the rows `select()` would (`TuningTable.stand_in`: a measured GPU with its SM count),
+    or is left out where there are none. model_only: the cost model's pick instead (every case, whatever
+    GPU: the model needs only its SM count)."""
     table = TuningTable.from_json(doc)
     out = []
     for c in cases:
         if model_only:
             out.append((c, _model_score(c.m, c.n, c.k, c.batch, c.times, _gpu(c.gpu).sm_count)))
             continue
-        if c.gpu not in doc["gpus"]:
-            continue
         gpu, pdl_key = _gpu(c.gpu), c.cls + PDL_SUFFIX
+        if table.stand_in(gpu) is None:
+            continue
         key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls
         pick = table.lookup(gpu, key, c.m, c.n, c.k, c.batch, set(c.times))
         picked = pick.instance_id if pick else None

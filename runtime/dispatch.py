@@ -289,7 +289,8 @@ def problem_class(
 
 
 def target(rt, device: int | None, gpu: str | None) -> gpus.GpuId:
-    """The GPU to plan for: ``gpu`` by name if given, else CUDA device ``device`` (None: current)."""
+    """The GPU to plan for: ``gpu`` by name if given, else CUDA device ``device`` (None: current), with
+    as many SMs as this process's grids may use (HGEMM_NUM_SMS)."""
     if gpu is not None:
         if device is not None:
             raise InvalidArgumentError(
@@ -297,7 +298,9 @@ def target(rt, device: int | None, gpu: str | None) -> gpus.GpuId:
                 "pass one: device for a GPU here, gpu by name",
             )
         return gpus.named(gpu)
-    return gpus.of_device(rt, device)
+    on_device = gpus.of_device(rt, device)
+    cap = rt.knobs.num_sms  # HGEMM_NUM_SMS: this process's grids use at most that many SMs
+    return on_device if cap is None or cap >= on_device.sm_count else gpus.GpuId(on_device.name, cap)
 
 
 def choose(

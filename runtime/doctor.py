@@ -22,6 +22,7 @@ KNOB_VARS = {
     "log_level": "HGEMM_LOG_LEVEL",
     "check_pointers": "HGEMM_CHECK_POINTERS",
     "allow_peer_pointers": "HGEMM_ALLOW_PEER_POINTERS",
+    "num_sms": "HGEMM_NUM_SMS",
 }
 # The runtime's dependency range (pyproject.toml); doctor warns outside it.
 BINDINGS_RANGE = ((12, 8), (14, 0))

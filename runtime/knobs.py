@@ -17,6 +17,12 @@ value fails at the first call that needs it, with a ``KnobError`` naming the var
 - ``HGEMM_ALLOW_PEER_POINTERS``: 0 (default) / 1. Accept operands on another device that can access this
   one as a peer. The driver cannot tell whether peer access is *enabled*, so this is the caller's promise
   (``cuCtxEnablePeerAccess`` / ``torch`` did it); launching on peer memory without it faults.
+- ``HGEMM_NUM_SMS``: unset (default: the whole GPU) / a positive count. Every persistent grid holds at
+  most this many CTAs, rounded down to whole clusters (one cluster at least), so with one CTA per SM it
+  leaves the other SMs to kernels that run beside it (communication overlapped with GEMMs, as DeepGEMM's
+  ``set_num_sms``), or makes the H200 stand for a Hopper board with fewer SMs. ``select()`` and
+  ``gemm()`` then plan for a GPU of that many SMs: the tuning table's rows are for whole GPUs, so unless
+  it holds a GPU of that SM count the cost model decides (docs/DISPATCH.md).
 """
 
 from __future__ import annotations
@@ -58,6 +64,15 @@ def _level(env: Mapping[str, str], name: str, default: str) -> str:
     return raw
 
 
+def _count(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise KnobError(name, raw, "a positive whole number, or unset")
+    return int(raw)
+
+
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
     raw = env.get(name, "").strip().lower()
     if not raw:
@@ -77,6 +92,7 @@ class Knobs:
     log_level_set: bool = False  # True when HGEMM_LOG_LEVEL was given explicitly
     check_pointers: str = "auto"
     allow_peer_pointers: bool = False
+    num_sms: int | None = None  # None: the whole GPU
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Knobs:
@@ -88,6 +104,7 @@ class Knobs:
             log_level_set=bool(env.get("HGEMM_LOG_LEVEL", "").strip()),
             check_pointers=_choice(env, "HGEMM_CHECK_POINTERS", _POINTER_CHECKS, "auto"),
             allow_peer_pointers=_bool(env, "HGEMM_ALLOW_PEER_POINTERS", False),
+            num_sms=_count(env, "HGEMM_NUM_SMS"),
         )
 
 

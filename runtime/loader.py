@@ -134,6 +134,10 @@ class KernelCache:
                 # would only hide it, and the module dies with its context anyway.
                 cu.cuModuleUnload(module)
                 raise
+        cap = self._rt.knobs.num_sms
+        if cap is not None and clusters >= 1:
+            # HGEMM_NUM_SMS (runtime/knobs.py): the grid leaves the other SMs to concurrent kernels.
+            clusters = min(clusters, max(1, cap // rec.cluster_size))
         if clusters < 1:
             raise HgemmError(
                 f"not one cluster of {rec.cluster} CTAs x {rec.block} threads with {rec.smem_bytes} "

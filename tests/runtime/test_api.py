@@ -952,6 +952,30 @@ def test_stream_k_gets_no_more_workers_than_its_workspace_has_slots_for(ci, fake
     assert fake.launches[-1].grid[0] > 132  # other instances take what the device reports
 
 
+def test_num_sms_caps_every_persistent_grid_to_whole_clusters(ci, make_runtime, fake):
+    """HGEMM_NUM_SMS = 40: a 1x1 instance's grid holds 40 CTAs, a two-CTA cluster's 20 clusters; a cap
+    below one cluster still launches one, a cap above what fits changes nothing (66 clusters fit on the
+    fake device), and a problem of fewer tiles is not padded up to the cap."""
+    plain = _plain(ci)
+    pair = _first(
+        ci,
+        lambda s: s.cluster in ((2, 1), (1, 2)) and s.k_split == "none" and not s.has_c and not s.swap_ab
+        and s.varlen == "none" and (s.a_dtype, s.d_dtype, s.a_major, s.b_major, s.d_major)
+        == ("bf16", "bf16", "k", "k", "n"),
+        "a plain bf16 instance in a two-CTA cluster",
+    )  # fmt: skip
+    for cap, iid, ctas in ((40, plain, 40), (40, pair, 40), (1, pair, 2), (200, plain, 66)):
+        make_runtime(ci, num_sms=cap)  # a fresh runtime: the cap is read when an instance loads
+        fake.param_sizes = tuple(p.size for p in ci.record(iid).params)
+        runtime.launch(iid, (A, B, D), 0, m=8192, n=8192, k=4096)
+        grid = fake.launches[-1].grid
+        assert grid[0] * grid[1] * grid[2] == ctas, (cap, iid, grid)
+    make_runtime(ci, num_sms=40)
+    fake.param_sizes = tuple(p.size for p in ci.record(plain).params)
+    runtime.launch(plain, (A, B, D), 0, m=128, n=256, k=4096)  # 2 tiles of 128 x 128
+    assert fake.launches[-1].grid == (2, 1, 1)
+
+
 def _grouped(man, with_c: bool = False) -> str:
     return _first(man, lambda s: s.varlen_m and s.has_c == with_c, "a grouped instance")
 

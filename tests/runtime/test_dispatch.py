@@ -431,6 +431,19 @@ def test_select_on_the_current_device_uses_its_name_and_sm_count(catalog_rt, fak
     assert choice == select(512, 4096, 4096, a_dtype="bf16", gpu="H200")
 
 
+def test_with_num_sms_select_plans_for_that_many_sms(make_runtime, default_specs, fake):
+    """HGEMM_NUM_SMS = 96 on the fake H200: the device's choices are made for a 96-SM GPU (no table rows
+    for one: the cost model on 96 SMs); a GPU named explicitly is planned for as it is."""
+    catalog = Manifest(profile="default", instances={s.id: record(s) for s in default_specs}, toolchain={})
+    make_runtime(catalog, num_sms=96)
+    here = select(512, 4096, 4096, a_dtype="bf16")
+    assert here.source == "model" and "on 96 SMs" in here.reason
+    named = select(512, 4096, 4096, a_dtype="bf16", gpu="H200")
+    assert named.source == "table" and "NVIDIA H200/132" in named.reason
+    make_runtime(catalog, num_sms=132)  # the whole GPU: as without the knob
+    assert select(512, 4096, 4096, a_dtype="bf16") == named
+
+
 def test_no_instance_lists_the_nearest(catalog_rt):
     with pytest.raises(NoInstanceError) as info:
         select(256, 256, 256, a_dtype="bf16", b_dtype="fp16")

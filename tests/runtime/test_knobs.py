@@ -11,7 +11,12 @@ from runtime.errors import KnobError
 def test_defaults():
     k = knobs.Knobs.from_env({})
     assert (k.kernel_dir, k.verify_sha256, k.log_level, k.log_level_set) == (None, True, "warning", False)
-    assert (k.check_pointers, k.allow_peer_pointers) == ("auto", False)
+    assert (k.check_pointers, k.allow_peer_pointers, k.num_sms) == ("auto", False, None)
+
+
+@pytest.mark.parametrize("raw,value", [("", None), ("  ", None), ("114", 114), (" 8 ", 8), ("1", 1)])
+def test_num_sms(raw, value):
+    assert knobs.Knobs.from_env({"HGEMM_NUM_SMS": raw}).num_sms == value
 
 
 @pytest.mark.parametrize(
@@ -34,6 +39,10 @@ def test_kernel_dir_is_absolute(tmp_path, monkeypatch):
         ({"HGEMM_VERIFY_SHA256": "maybe"}, "HGEMM_VERIFY_SHA256"),
         ({"HGEMM_LOG_LEVEL": "loud"}, "HGEMM_LOG_LEVEL"),
         ({"HGEMM_CHECK_POINTERS": "sometimes"}, "HGEMM_CHECK_POINTERS"),
+        ({"HGEMM_NUM_SMS": "0"}, "HGEMM_NUM_SMS"),
+        ({"HGEMM_NUM_SMS": "-4"}, "HGEMM_NUM_SMS"),
+        ({"HGEMM_NUM_SMS": "half"}, "HGEMM_NUM_SMS"),
+        ({"HGEMM_NUM_SMS": "96.5"}, "HGEMM_NUM_SMS"),
     ],
 )
 def test_bad_values_name_the_variable(env, name):

@@ -216,6 +216,9 @@ def test_held_out_shapes_are_scored_among_the_instances_they_timed():
     # Measured on another GPU (or SM count): the table's rows for this one do not judge it.
     other = dispatch_loo.held_out_cases({**evaluate_json, "env": {"gpu": "G", "sms": 114}})
     assert [c.gpu for c in other] == ["G/114"] * 3 and dispatch_loo.held_out_scores(doc, other) == []
+    # Another board with the same SM count: judged on the rows select() reads for it (`stand_in`).
+    sibling = dispatch_loo.held_out_cases({**evaluate_json, "env": {"gpu": "H", "sms": 132}})
+    assert [s.picked for _, s in dispatch_loo.held_out_scores(doc, sibling)] == [WIDE] * 3
 
 
 def test_a_walk_pick_is_scored_by_the_draws_time_for_that_walk_where_the_draw_timed_it():
@@ -334,6 +337,26 @@ def test_a_run_records_the_launch_rules_of_the_package_it_timed():
     tree's runtime/, which the wheel ships as hgemm_sm90/); a package without them records none."""
     assert bench.installed_launch_rules(types.SimpleNamespace(__name__="runtime")) == LAUNCH_RULES
     assert bench.installed_launch_rules(types.SimpleNamespace(__name__="build_tools")) is None
+
+
+def test_a_run_records_the_sms_its_launches_may_use(monkeypatch):
+    """Under HGEMM_NUM_SMS a run's times are a smaller board's (its wave counts): `environment` records
+    that SM count, so the judge looks the run up as that GPU (the model's picks, `--model-only`)."""
+    pkg = types.SimpleNamespace(__name__="runtime")
+    monkeypatch.delenv("HGEMM_NUM_SMS", raising=False)
+    assert bench.installed_num_sms(pkg) is None
+    monkeypatch.setenv("HGEMM_NUM_SMS", "114")
+    assert bench.installed_num_sms(pkg) == 114
+    assert bench.installed_num_sms(types.SimpleNamespace(__name__="build_tools")) is None
+    props = types.SimpleNamespace(name="NVIDIA H200", multi_processor_count=132, L2_cache_size=1, uuid=None)
+    cuda = types.SimpleNamespace(
+        get_device_properties=lambda i: props, current_device=lambda: 0
+    )  # fmt: skip
+    torch = types.SimpleNamespace(cuda=cuda, __version__="x", version=types.SimpleNamespace(cuda="13.0"))
+    env = bench.environment(torch, pkg)
+    assert (env["sms"], env["num_sms_knob"]) == (114, 114)
+    monkeypatch.setenv("HGEMM_NUM_SMS", "500")
+    assert bench.environment(torch, pkg)["sms"] == 132
 
 
 # --- the cost model alone (--model-only) ---------------------------------------------------------------
