@@ -19,9 +19,8 @@ pytestmark = pytest.mark.gpu
 
 from hgemm_sm90 import knobs, state
 
-PICKS = g.family_subset(g.INSTANCES)
-for _kind in ("split", "stream"):
-    PICKS += [i for i in g.INSTANCES if getattr(i, "k_split", "none") == _kind][:1]
+_SPLIT = [next(i for i in g.INSTANCES if getattr(i, "k_split", "none") == k) for k in ("split", "stream")]
+PICKS = list({i.id: i for i in [*g.family_subset(g.INSTANCES), *_SPLIT]}.values())  # no instance twice
 CASES = [(40, g.LARGE), (1, next(c for c in g.EDGE_CASES if c.name == "ragged"))]
 
 
