@@ -49,17 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from build_tools import bench, tune
+from build_tools.tune_evaluate import CUBLAS_GOAL_M
 from runtime import model
 from runtime.gpus import GpuId
 from runtime.launcher import LAUNCH_RULES
 from runtime.spec import GemmSpec
 from runtime.tuning import PDL_SUFFIX, TuningTable, is_grouped_key, read_document, shipped_path
-
-
-def _gpu(key: str) -> GpuId:
-    """The GPU a table key (``"<name>/<sm_count>"``, `GpuId.key`) names."""
-    name, sms = key.rsplit("/", 1)
-    return GpuId(name, int(sms))
 
 
 @dataclass(frozen=True)
@@ -109,7 +104,7 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
     """The `left_out` points of class `cls` looked up in a table of the `kept` ones and scored, each among
     the instances it measured."""
     table = TuningTable.from_json(dict(doc, gpus={gpu_key: {"classes": {cls: kept}}}))
-    gpu = _gpu(gpu_key)
+    gpu = GpuId.from_key(gpu_key)
     out = []
     for p in left_out:
         times = default_walk_times(p)
@@ -120,7 +115,7 @@ def _scores(doc: dict, gpu_key: str, cls: str, kept: list, left_out: list) -> li
 
 def model_scores(doc: dict, gpu_key: str, cls: str) -> list[PointScore]:
     """Every grid point of class `cls` scored by the cost model's pick among the instances it measured."""
-    sms = _gpu(gpu_key).sm_count
+    sms = GpuId.from_key(gpu_key).sm_count
     return [
         _model_score(p["m"], p["n"], p["k"], 1, default_walk_times(p), sms)
         for p in doc["gpus"][gpu_key]["classes"][cls]
@@ -168,10 +163,6 @@ class HeldOutCase:
     @property
     def fastest_us(self) -> float:
         return min(self.times.values())
-
-
-# The M from which issue 9 holds gemm() to cuBLAS's speed (docs/PERF.md): the report's cuBLAS line.
-CUBLAS_GOAL_M = 256
 
 
 def vs_cublas(case: HeldOutCase, score: PointScore) -> float:
@@ -265,9 +256,9 @@ def held_out_scores(
     out = []
     for c in cases:
         if model_only:
-            out.append((c, _model_score(c.m, c.n, c.k, c.batch, c.times, _gpu(c.gpu).sm_count)))
+            out.append((c, _model_score(c.m, c.n, c.k, c.batch, c.times, GpuId.from_key(c.gpu).sm_count)))
             continue
-        gpu, pdl_key = _gpu(c.gpu), c.cls + PDL_SUFFIX
+        gpu, pdl_key = GpuId.from_key(c.gpu), c.cls + PDL_SUFFIX
         if table.stand_in(gpu) is None:
             continue
         key = pdl_key if c.pdl and table.covers(gpu, pdl_key, c.m * c.batch) else c.cls

@@ -24,6 +24,12 @@ class GpuId:
         """``"<name>/<sm_count>"``: how the tuning table names a GPU."""
         return f"{self.name}/{self.sm_count}"
 
+    @classmethod
+    def from_key(cls, key: str) -> GpuId:
+        """The GPU a table key (`key`) names."""
+        name, sms = key.rsplit("/", 1)
+        return cls(name, int(sms))
+
 
 # Hopper (compute capability 9.0) boards: short name -> what cuDeviceGetName and the SM-count attribute
 # report. From NVIDIA's product pages / datasheets; the H200 row was also read on our machine (2026-11-30).

@@ -79,6 +79,7 @@ from dataclasses import dataclass
 
 from . import model
 from .errors import CorruptArtifactError
+from .gpus import GpuId
 from .launcher import LAUNCH_RULES
 from .spec import GemmSpec
 
@@ -98,10 +99,6 @@ GROUP_SIZE_OCTAVES = 1.5
 FORMAT = "hgemm-sm90-tuning"
 VERSION = 1  # the expanded document (what the tools edit)
 COMPACT_VERSION = 2  # the file (see the module docstring)
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from .gpus import GpuId
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -422,7 +419,7 @@ class TuningTable:
         the first by key with the same SM count, else None (the cost model decides)."""
         if gpu.key in self._order:
             return gpu.key
-        same = sorted(key for key in self._order if key.rpartition("/")[2] == str(gpu.sm_count))
+        same = sorted(key for key in self._order if GpuId.from_key(key).sm_count == gpu.sm_count)
         return same[0] if same else None
 
     def _rows(self, gpu: GpuId, class_key: str) -> tuple[str, dict[tuple[int, int], list[Point]] | None]:
