@@ -238,11 +238,13 @@ def test_a_walk_pick_is_scored_by_the_draws_time_for_that_walk_where_the_draw_ti
     assert case.walk_times == {(WIDE, False, 2): 8.5}
     ((_, score),) = dispatch_loo.held_out_scores(doc, [case])
     assert (score.picked, score.score) == (WIDE, pytest.approx(9.0 / 8.5))  # > 1: the walk beat them all
-    # The draw picked another walk (or none: a verdict from before session 42): the default walk's time.
+    assert not score.walk_untimed
+    # The draw picked another walk (or none: a verdict from before session 42): the default walk's time,
+    # and the score says so (the report counts such picks per class and marks them among the worst).
     for other in ({**verdict, "walk": [True, 4]}, {k: v for k, v in verdict.items() if k != "walk"}):
         (case,) = dispatch_loo.held_out_cases({"env": env, "verdicts": [other]})
         ((_, score),) = dispatch_loo.held_out_scores(doc, [case])
-        assert (score.picked, score.score) == (WIDE, pytest.approx(0.9))
+        assert (score.picked, score.score, score.walk_untimed) == (WIDE, pytest.approx(0.9), True)
 
 
 def test_the_held_out_report_gives_the_picks_against_cublas_at_m_from_256(tmp_path, capsys):
