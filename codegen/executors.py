@@ -73,7 +73,7 @@ def parse_executor(text: str, scheduler: str | None = None) -> ExecutorChoice:
             )
         choice = ExecutorChoice(DASK, scheduler=scheduler)
     elif name == DASK_LOCAL:
-        if not count.isdigit() or int(count) < 1:
+        if not count.isdecimal() or int(count) < 1:
             raise ExecutorError(f"--executor {text}: write dask-local:N with N >= 1 worker processes")
         choice = ExecutorChoice(DASK_LOCAL, workers=int(count))
     else:

@@ -68,7 +68,7 @@ def _count(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    if not raw.isdecimal() or int(raw) < 1:  # isdigit() would pass "²", which int() refuses
         raise KnobError(name, raw, "a positive whole number, or unset")
     return int(raw)
 

@@ -43,6 +43,7 @@ def test_kernel_dir_is_absolute(tmp_path, monkeypatch):
         ({"HGEMM_NUM_SMS": "-4"}, "HGEMM_NUM_SMS"),
         ({"HGEMM_NUM_SMS": "half"}, "HGEMM_NUM_SMS"),
         ({"HGEMM_NUM_SMS": "96.5"}, "HGEMM_NUM_SMS"),
+        ({"HGEMM_NUM_SMS": "\u00b2"}, "HGEMM_NUM_SMS"),  # a digit to isdigit(), not to int()
     ],
 )
 def test_bad_values_name_the_variable(env, name):

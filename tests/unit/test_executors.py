@@ -37,7 +37,7 @@ def test_parse_executor():
     assert parse_executor("dask-local:3") == ExecutorChoice(DASK_LOCAL, workers=3)
     with pytest.raises(ExecutorError, match="needs --scheduler"):
         parse_executor("dask")
-    for bad in ("dask-local", "dask-local:0", "dask-local:two"):
+    for bad in ("dask-local", "dask-local:0", "dask-local:two", "dask-local:\u00b2"):
         with pytest.raises(ExecutorError, match="dask-local:N"):
             parse_executor(bad)
     with pytest.raises(ExecutorError, match="unknown --executor 'threads'"):
