@@ -522,10 +522,10 @@ def swap_ab(s: GemmSpec) -> str | None:
 @_instance_rule
 def k_split(s: GemmSpec) -> str | None:
     # Split-K serves problems with too few output tiles. The kernel's reduction (the last unit of a tile
-    # to arrive adds the partials, gemm_sm90._reduce_parts) is written for one tile per CTA with all
-    # consumer warpgroups on it and the plain D = alpha * acc epilogue. In a cluster every CTA runs the
-    # same k-range of its own tile and reduces that tile (multicast keeps the operand traffic of a
-    # cluster tile: a 1x1 tile split over many SMs is limited by L2, docs/PERF.md session 17).
+    # to arrive adds the partials, codegen/kernels/epilogue.py's _reduce_parts) is written for one tile
+    # per CTA with all consumer warpgroups on it and the plain D = alpha * acc epilogue. In a cluster
+    # every CTA runs the same k-range of its own tile and reduces that tile (multicast keeps the operand
+    # traffic of a cluster tile: a 1x1 tile split over many SMs is limited by L2, docs/PERF.md session 17).
     # Stream-K serves problems whose tiles do not fill whole waves, with the same reduction.
     if s.k_split == KSplit.none:
         return None

@@ -5,7 +5,7 @@ One zeroed device allocation of `CAPACITY` bytes per stream (and, for the defaul
 made on the first split-K call on that stream and kept for the life of the process: a kernel in flight,
 or a CUDA graph captured with its address, may use it at any later time, so it is never freed or moved.
 It is zeroed with cuMemsetD32Async on the stream itself, so the first kernel finds its arrival counters
-at 0 (every split-K launch leaves them at 0 again, codegen/kernels/gemm_sm90.py `_reduce_parts`). Split-K
+at 0 (every split-K launch leaves them at 0 again, codegen/kernels/epilogue.py `_reduce_parts`). Split-K
 launches on one stream run one after another, so one workspace serves them all.
 
 While a stream is being captured into a CUDA graph no workspace is created for it (allocating is illegal
