@@ -47,6 +47,10 @@ ping-pong turns in mainloop.py (`Mainloops`); the epilogue and the split-K / str
 epilogue.py (`Epilogues`); the grouped GEMM's walks and producers in grouped.py (`GroupedWalks`). They are
 mixins that `HopperGemm` inherits, so each part reads the configuration from `self`, and a cubin is the
 same whichever file a method is in (all 674 rebuilt byte-identical when they were split out, session 48).
+`HopperGemm` and its host-entry subclasses below stay in this module: the DSL names each kernel after the
+module and class of the object it was traced on (`kernel_cutlass_kernel_codegenkernelsgemm_sm90HopperGemm
+WithC_object_at_...`), so moving them would rename every kernel, change every cubin's bytes and leave the
+tuning table timed on other cubins (runtime/tuning.py `kernels_digest`).
 
 Compiler facts that constrain this file (ptxas serializing WGMMAs, the launch bound per WGMMA, spills from
 unrolling) are in docs/KERNEL.md.
