@@ -269,7 +269,7 @@ def held_out_scores(
         picked = pick.instance_id if pick else None
         walk_us = c.walk_times.get((picked, pick.raster_along_m, pick.group_size)) if pick else None
         score = _score(c.m, c.n, c.k, c.times, picked, walk_us)
-        if pick and pick.raster_along_m is not None and walk_us is None:
+        if pick and (pick.raster_along_m, pick.group_size) != (None, None) and walk_us is None:
             score = replace(score, walk_untimed=True)
         out.append((c, score))
     return out
