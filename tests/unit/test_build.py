@@ -88,6 +88,21 @@ def test_cache_entries_hold_one_cubin_in_two_forms_and_its_stats(ci_build):
         assert (out / f"{spec.name()}.cubin").read_bytes() == cubin
 
 
+@pytest.mark.compiler
+def test_every_kernel_is_named_after_gemm_sm90s_classes(ci_build):
+    """The DSL names a kernel after the module and class of the object it traced (`HopperGemm` or one of
+    its host-entry subclasses). Moved to another module, they would rename every kernel, so every cubin's
+    bytes would change and the shipped tuning table would be timed on other cubins (runtime/tuning.py
+    `kernels_digest`); the kernel's other parts (producer.py, mainloop.py, epilogue.py, grouped.py) are
+    mixins and may move freely. codegen/kernels/gemm_sm90.py's docstring says the same."""
+    specs, _, out = ci_build
+    manifest = json.loads((out / "manifest.json").read_text())
+    prefix = "kernel_cutlass_kernel_codegenkernelsgemm_sm90HopperGemm"
+    for spec in specs:
+        symbol = manifest["instances"][spec.name()]["symbol"]
+        assert symbol.startswith(prefix), f"{spec.name()}: {symbol[:80]}..."
+
+
 def _installed_patterns() -> list[str]:
     """The FILES_MATCHING patterns of CMakeLists.txt's install of the kernel directory."""
     text = (REPO / "CMakeLists.txt").read_text()
