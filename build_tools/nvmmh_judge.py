@@ -38,10 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_tools.dispatch_loo import HeldOutCase, default_walk_times, geomean, held_out_draws
+from build_tools.dispatch_loo import HeldOutCase, _model_score, default_walk_times, geomean, held_out_draws
 from runtime import model
 from runtime.gpus import GpuId
-from runtime.spec import GemmSpec, KSplit
+from runtime.spec import GemmSpec, KSplit, Varlen
 from runtime.tuning import is_grouped_key, read_document, shipped_path
 
 # The library's precision string per (A dtype, D dtype): A = B, fp32 compute.
@@ -71,7 +71,7 @@ def nvmmh_config(spec: GemmSpec, m: int, n: int, k: int) -> NvmmhConfig | None:
     """The library's view of instance ``spec`` at problem (m, n, k), or None where it has no counterpart
     (a dtype pair without a precision string, stream-K, a grouped instance)."""
     precision = PRECISION.get((spec.a_dtype.value, spec.d_dtype.value))
-    if precision is None or spec.k_split == KSplit.stream or spec.varlen.value != "none":
+    if precision is None or spec.k_split == KSplit.stream or spec.varlen != Varlen.none:
         return None
     problem = (n, m, k) if spec.swap_ab else (m, n, k)
     splits = SPLITS if spec.k_split == KSplit.split else (1,)
@@ -107,11 +107,11 @@ def score_case(case: HeldOutCase, estimator: Estimator) -> CaseScores:
     fastest = min(times.values())
     specs = {i: GemmSpec.parse(i) for i in sorted(times)}
     sms = GpuId.from_key(case.gpu).sm_count
-    _, pick, _ = model.best(list(specs.values()), case.m, case.n, case.k, case.batch, sms)
+    ours = _model_score(case.m, case.n, case.k, case.batch, times, sms).score  # as dispatch_loo --model-only
     estimates = {i: nvmmh_seconds(estimator, s, case.m, case.n, case.k) for i, s in specs.items()}
     modelled = [i for i, e in estimates.items() if e is not None]
     if not modelled:
-        return CaseScores(case.cls, case.m, case.n, case.k, fastest / times[pick.id], None, None, None)
+        return CaseScores(case.cls, case.m, case.n, case.k, ours, None, None, None)
     theirs = min(modelled, key=lambda i: (estimates[i], i))
     _, ours_on_set, _ = model.best([specs[i] for i in modelled], case.m, case.n, case.k, case.batch, sms)
     return CaseScores(
@@ -119,7 +119,7 @@ def score_case(case: HeldOutCase, estimator: Estimator) -> CaseScores:
         case.m,
         case.n,
         case.k,
-        fastest / times[pick.id],
+        ours,
         fastest / times[theirs],
         fastest / times[ours_on_set.id],
         fastest / min(times[i] for i in modelled),
